@@ -1,0 +1,3 @@
+"""qos-sidecar: request-level QoS for LLM inference behind Envoy."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,31 @@
+"""The sidecar's admin HTTP server: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sidecar.metrics import SidecarMetrics
+
+
+def admin_app(metrics: SidecarMetrics, is_ready: Callable[[], bool]) -> web.Application:
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_request: web.Request) -> web.Response:
+        if is_ready():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="draining\n")
+
+    async def prometheus(_request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", prometheus)
+    return app

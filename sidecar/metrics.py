@@ -1,0 +1,32 @@
+"""The sidecar's Prometheus metrics, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class SidecarMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "qos_decisions",
+            "Admission decisions, by outcome and reason.",
+            ["outcome", "reason"],
+            registry=self.registry,
+        )
+        self.decision_seconds = Histogram(
+            "qos_decision_duration_seconds",
+            "Time to decide one request, from the complete request to the answer.",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1),
+            registry=self.registry,
+        )
+        self.streams_open = Gauge(
+            "qos_extproc_streams_open",
+            "ext_proc streams (HTTP exchanges) Envoy has open with this sidecar.",
+            registry=self.registry,
+        )
+        self.protocol_errors = Counter(
+            "qos_extproc_protocol_errors",
+            "ext_proc messages that did not fit the exchange's phase.",
+            registry=self.registry,
+        )

@@ -1,0 +1,191 @@
+"""`qos-sidecar mock-vllm`: the simulated GPU behind vLLM's OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
+from sidecar.mockvllm.metrics import EngineCollector, LatencyMetrics
+from sidecar.mockvllm.openai_shapes import SSE_DONE, ResponseShaper, error_body, usage
+from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
+from sidecar import logs
+from sidecar.options import setting
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = setting("127.0.0.1", "MOCK_VLLM_HOST", "address to bind")
+    port: int = setting(8000, "MOCK_VLLM_PORT", "HTTP port")
+    model: str = setting("mock-llm", "MOCK_VLLM_MODEL", "served model name")
+    kv_cache_tokens: int = setting(131_072, None, "KV-cache size in tokens")
+    block_size: int = setting(16, None, "tokens per KV block")
+    max_num_seqs: int = setting(64, None, "most sequences decoded together")
+    max_model_len: int = setting(40_960, None, "longest context (prompt + output) in tokens")
+    prefill_tokens_per_second: float = setting(16_384.0, None, "prefill speed")
+    decode_step_ms: float = setting(25.0, None, "one decode step (TPOT of an unstalled batch)")
+    output_tokens_min: int = setting(32, None, "shortest natural answer")
+    output_tokens_max: int = setting(256, None, "longest natural answer")
+    scheduling_policy: str = setting("fcfs", None, "fcfs or priority (lower value runs first)")
+    time_scale: float = setting(1.0, "MOCK_VLLM_TIME_SCALE", "multiplies every duration")
+    seed: int = setting(0, "MOCK_VLLM_SEED", "seed of the answers' lengths and words")
+    log_level: str = setting("INFO", "MOCK_VLLM_LOG_LEVEL", "log level")
+
+    def engine_config(self) -> EngineConfig:
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise SystemExit(f"--scheduling-policy: {self.scheduling_policy!r} is not fcfs|priority")
+        return EngineConfig(
+            kv_cache_tokens=self.kv_cache_tokens,
+            block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.max_model_len,
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
+            decode_step_seconds=self.decode_step_ms / 1000.0,
+            output_tokens_min=self.output_tokens_min,
+            output_tokens_max=self.output_tokens_max,
+            scheduling_policy=self.scheduling_policy,
+            time_scale=self.time_scale,
+            seed=self.seed,
+        )
+
+
+def _error(status: int, message: str, param: str | None = None) -> web.Response:
+    return web.json_response(error_body(message, status, param=param), status=status)
+
+
+class MockVllm:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = Engine(settings.engine_config())
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(self.engine, settings.model))
+        self._latency = LatencyMetrics(self.registry, settings.model)
+        self.engine.on_finish = self._latency.observe
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.cleanup_ctx.append(self._engine_task)
+        return app
+
+    async def _engine_task(self, _app: web.Application):
+        task = asyncio.create_task(self.engine.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def models(self, _request: web.Request) -> web.Response:
+        model = {
+            "id": self.settings.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "vllm",
+            "root": self.settings.model,
+            "parent": None,
+            "max_model_len": self.settings.max_model_len,
+        }
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        endpoint = Endpoint.for_path(request.path)
+        try:
+            parsed = parse_completion_request(endpoint, await request.read())
+        except InvalidRequest as error:
+            return _error(400, error.message, error.param)
+        body = parsed.body
+        if parsed.model not in (None, self.settings.model):
+            return _error(404, f"The model `{parsed.model}` does not exist.", "model")
+        input_key = "messages" if endpoint is Endpoint.CHAT else "prompt"
+        if not body.get(input_key):
+            return _error(400, f"'{input_key}' is required and must not be empty.", input_key)
+        priority = body.get("priority", 0)
+        if not isinstance(priority, int):
+            return _error(400, "priority must be an integer.", "priority")
+        max_tokens = parsed.max_tokens
+        if max_tokens is not None and max_tokens < 1:
+            return _error(400, "max_tokens must be at least 1.", "max_tokens")
+        prompt_tokens = estimate_prompt_tokens(body)
+        try:
+            sequence = self.engine.submit(prompt_tokens, max_tokens, priority)
+        except RequestRejected as error:
+            return _error(400, str(error))
+        shaper = ResponseShaper(endpoint, self.settings.model, sequence.request_id)
+        try:
+            if parsed.stream:
+                return await self._stream(request, sequence, shaper, parsed.include_usage)
+            return await self._whole(sequence, shaper)
+        finally:
+            self.engine.abort(sequence)  # no-op once finished; frees a disconnected client's
+
+    async def _whole(self, sequence: Sequence, shaper: ResponseShaper) -> web.Response:
+        pieces = []
+        while (token := await sequence.output.get()) is not None:
+            pieces.append(token)
+        tokens = usage(sequence.prompt_tokens, sequence.generated)
+        return web.json_response(
+            shaper.complete("".join(pieces), sequence.finish_reason or "stop", tokens)
+        )
+
+    async def _stream(
+        self, request: web.Request, sequence: Sequence, shaper: ResponseShaper, include_usage: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        if shaper.endpoint is Endpoint.CHAT:
+            await response.write(shaper.chunk(None, first=True, with_usage_field=include_usage))
+        while (token := await sequence.output.get()) is not None:
+            # The engine queues a sequence's last token and its end marker together, so
+            # the last token is known when only the marker is left behind it.
+            last = sequence.finished and sequence.output.qsize() == 1
+            finish = sequence.finish_reason if last else None
+            await response.write(shaper.chunk(token, finish, with_usage_field=include_usage))
+        if include_usage:
+            await response.write(shaper.usage_chunk(usage(sequence.prompt_tokens,
+                                                          sequence.generated)))
+        await response.write(SSE_DONE)
+        await response.write_eof()
+        return response
+
+
+async def run(settings: Settings) -> None:
+    mock = MockVllm(settings)
+    runner = web.AppRunner(mock.app())
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    log.info("mock vLLM serving", extra={"port": settings.port, "model": settings.model})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level, "mock-vllm")
+    asyncio.run(run(settings))
+    return 0

@@ -1,0 +1,63 @@
+"""Settings objects whose fields are also command-line flags and environment variables.
+
+A field is declared once, with ``setting(default, env, help)``; its flag is derived from
+its name (``grpc_port`` → ``--grpc-port``). A flag beats the environment, which beats
+the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def setting(default: Any, env: str | None, help: str) -> Any:
+    return dataclasses.field(default=default, metadata={"env": env, "help": help})
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings_class: type) -> None:
+    hints = typing.get_type_hints(settings_class)
+    for field in dataclasses.fields(settings_class):
+        env = field.metadata.get("env")
+        suffix = f" [env {env}]" if env else ""
+        kwargs: dict[str, Any] = {"dest": field.name, "default": None}
+        if hints[field.name] is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = hints[field.name]
+        parser.add_argument(
+            _flag(field.name),
+            help=f"{field.metadata.get('help', '')} (default: {field.default}){suffix}",
+            **kwargs,
+        )
+
+
+def from_args(settings_class: type[T], args: argparse.Namespace) -> T:
+    hints = typing.get_type_hints(settings_class)
+    values = {}
+    for field in dataclasses.fields(settings_class):  # type: ignore[arg-type]
+        value = getattr(args, field.name, None)
+        env = field.metadata.get("env")
+        if value is None and env and env in os.environ:
+            value = _parse_env(env, hints[field.name], os.environ[env])
+        if value is not None:
+            values[field.name] = value
+    return settings_class(**values)
+
+
+def _parse_env(env: str, kind: type, raw: str) -> Any:
+    if kind is bool:
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{env}={raw!r}: {exc}") from None

@@ -1,0 +1,61 @@
+"""What the sidecar decides for one request, and the pluggable piece that decides it.
+
+A decider sees the request as Envoy presented it (headers, buffered body) and returns
+either Admit (send it upstream, perhaps with changed headers or body) or Respond
+(answer it here; nothing goes upstream). The ext_proc state machine turns either one
+into Envoy messages; deciders never touch the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RequestView:
+    method: str
+    path: str
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes | None  # None when the request had no body
+
+
+@dataclass(frozen=True)
+class Admit:
+    set_headers: Mapping[str, str] = field(default_factory=dict)
+    remove_headers: tuple[str, ...] = ()
+    replace_body: bytes | None = None
+    reason: str = "admitted"
+
+
+@dataclass(frozen=True)
+class Respond:
+    status: int
+    body: bytes
+    reason: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Decision = Admit | Respond
+
+
+class Decider(Protocol):
+    async def decide(self, request: RequestView) -> Decision: ...
+
+
+class AdmitAll:
+    """Sends everything upstream unchanged: the policy of a sidecar with QoS off."""
+
+    async def decide(self, request: RequestView) -> Decision:
+        return Admit()
+
+
+DECIDERS: dict[str, type[Decider]] = {"admit-all": AdmitAll}
+
+
+def build_decider(name: str) -> Decider:
+    try:
+        return DECIDERS[name]()
+    except KeyError:
+        raise SystemExit(f"unknown decider {name!r}; known: {', '.join(DECIDERS)}") from None

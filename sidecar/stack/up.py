@@ -1,0 +1,113 @@
+"""`qos-sidecar up`: the local stack in the foreground until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import tempfile
+import threading
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.options import setting
+from sidecar.stack.processes import StackError
+from sidecar.stack.stack import Stack, StackOptions
+
+DEMO_REQUEST = {
+    "model": "mock-llm",
+    "messages": [{"role": "user", "content": "Where is my order?"}],
+    "max_tokens": 16,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen_host: str = setting("127.0.0.1", "QOS_LISTEN_HOST", "address Envoy listens on")
+    listen_port: int = setting(8080, "QOS_LISTEN_PORT", "Envoy's port for clients")
+    envoy_admin_port: int = setting(9901, None, "Envoy admin port (on 127.0.0.1)")
+    grpc_port: int = setting(50051, None, "sidecar gRPC port")
+    admin_port: int = setting(9090, None, "sidecar admin HTTP port")
+    redis_url: str = setting("", "REDIS_URL", "use this Redis instead of starting one")
+    redis_port: int = setting(6379, None, "port of the redis-server started when no REDIS_URL")
+    replicas: int = setting(2, None, "mock vLLM replicas")
+    mock_base_port: int = setting(8001, None, "port of the first mock vLLM replica")
+    time_scale: float = setting(1.0, None, "mock vLLM time scale (0.1 = ten times faster)")
+    log_dir: str = setting("", None, "where component logs go (default: a new temp folder)")
+    demo: bool = setting(False, None, "send one chat completion through Envoy once up")
+
+
+def main(settings: Settings) -> int:
+    work_dir = Path(settings.log_dir or tempfile.mkdtemp(prefix="qos-stack-"))
+    options = StackOptions(
+        work_dir=work_dir,
+        listen_host=settings.listen_host,
+        listen_port=settings.listen_port,
+        envoy_admin_port=settings.envoy_admin_port,
+        grpc_port=settings.grpc_port,
+        admin_port=settings.admin_port,
+        redis_url=settings.redis_url,
+        redis_port=settings.redis_port,
+        replicas=settings.replicas,
+        mock_ports=tuple(settings.mock_base_port + i for i in range(settings.replicas)),
+        time_scale=settings.time_scale,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stack = Stack(options)
+    try:
+        print(f"starting the local stack (logs in {work_dir}) ...", flush=True)
+        stack.start()
+        _print_endpoints(stack)
+        if settings.demo:
+            _demo(stack)
+        print("Ctrl-C stops everything.", flush=True)
+        while not stop.wait(0.5):
+            dead = [p.name for p in stack.processes if not p.running()]
+            if dead:
+                print(f"{', '.join(dead)} exited; stopping the stack", file=sys.stderr)
+                return 1
+        return 0
+    except StackError as error:
+        print(f"the stack did not start: {error}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+        print("stopped", flush=True)
+
+
+def _print_endpoints(stack: Stack) -> None:
+    rows = [
+        ("Envoy (clients)", stack.envoy_url, "envoy"),
+        ("Envoy admin", stack.envoy_admin_url, None),
+        ("sidecar gRPC", stack.sidecar_grpc, "sidecar"),
+        ("sidecar admin", stack.sidecar_admin_url, None),
+        ("Redis", stack.redis_url, "redis" if not stack.options.redis_url else None),
+    ]
+    rows += [
+        (f"mock vLLM {i}", url, f"mock-vllm-{i}")
+        for i, url in enumerate(stack.mock_urls, start=1)
+    ]
+    print("qos-sidecar stack is up:")
+    for label, where, process in rows:
+        pid = f"pid {stack.process(process).pid}" if process else ""
+        print(f"  {label:<16} {where:<32} {pid}".rstrip())
+    print(
+        f"Try: curl {stack.envoy_url}/v1/chat/completions -H 'Content-Type: application/json' "
+        f"-d '{json.dumps(DEMO_REQUEST)}'",
+        flush=True,
+    )
+
+
+def _demo(stack: Stack) -> None:
+    request = urllib.request.Request(
+        f"{stack.envoy_url}/v1/chat/completions",
+        data=json.dumps(DEMO_REQUEST).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.load(response)
+    print("demo: POST /v1/chat/completions through Envoy and the sidecar →")
+    print("  " + json.dumps(answer)[:400], flush=True)
