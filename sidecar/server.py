@@ -11,11 +11,11 @@ from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from sidecar import logs
 from sidecar.admin import admin_app
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.metrics import SidecarMetrics
 from sidecar.policy.decision import build_decider
-from sidecar import logs
 from sidecar.settings import SidecarSettings
 
 Settings = SidecarSettings
@@ -52,9 +52,7 @@ class SidecarServer:
         await self._grpc.start()
         self._admin = web.AppRunner(admin_app(self.metrics, lambda: self._ready))
         await self._admin.setup()
-        await web.TCPSite(
-            self._admin, self.settings.admin_host, self.settings.admin_port
-        ).start()
+        await web.TCPSite(self._admin, self.settings.admin_host, self.settings.admin_port).start()
         for service in ("", EXT_PROC_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready = True

@@ -21,7 +21,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         self._decider = decider
         self._metrics = metrics
 
-    async def Process(  # noqa: N802 (the gRPC method name)
+    async def Process(
         self,
         request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
         context: grpc.aio.ServicerContext,

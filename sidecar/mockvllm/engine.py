@@ -28,9 +28,35 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 _VOCABULARY = (
-    " the", " order", " is", " on", " its", " way", " and", " your", " payment", " was",
-    " received", " we", " will", " ship", " it", " today", " thank", " you", " for",
-    " waiting", ".", ",", " please", " check", " again", " later", " a", " new", " offer",
+    " the",
+    " order",
+    " is",
+    " on",
+    " its",
+    " way",
+    " and",
+    " your",
+    " payment",
+    " was",
+    " received",
+    " we",
+    " will",
+    " ship",
+    " it",
+    " today",
+    " thank",
+    " you",
+    " for",
+    " waiting",
+    ".",
+    ",",
+    " please",
+    " check",
+    " again",
+    " later",
+    " a",
+    " new",
+    " offer",
 )
 
 
@@ -105,7 +131,13 @@ class Engine:
 
     # -- the API the HTTP layer uses ------------------------------------------------
 
-    def submit(self, prompt_tokens: int, max_tokens: int | None, priority: int = 0) -> Sequence:
+    def submit(
+        self,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        priority: int = 0,
+        ignore_eos: bool = False,
+    ) -> Sequence:
         limit = self.config.max_model_len - prompt_tokens
         if limit <= 0 or self._blocks_for(prompt_tokens + 1) > self.config.num_blocks:
             raise RequestRejected(
@@ -127,7 +159,8 @@ class Engine:
             request_id=str(next(self._ids)),
             prompt_tokens=prompt_tokens,
             max_tokens=cap,
-            target_tokens=max(1, min(cap, natural)),
+            # A model stops at its natural length unless told to ignore end-of-sequence.
+            target_tokens=cap if ignore_eos else max(1, min(cap, natural)),
             priority=priority,
             arrival=next(self._arrivals),
             submitted_at=self._clock(),

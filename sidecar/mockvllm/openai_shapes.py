@@ -58,18 +58,28 @@ class ResponseShaper:
         body["usage"] = tokens
         return body
 
-    def chunk(self, text: str | None, finish_reason: str | None = None, *, first: bool = False,
-              with_usage_field: bool = False) -> bytes:
+    def chunk(
+        self,
+        text: str | None,
+        finish_reason: str | None = None,
+        *,
+        first: bool = False,
+        with_usage_field: bool = False,
+    ) -> bytes:
         if self.endpoint is Endpoint.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None,
-                      "finish_reason": finish_reason}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             body = self._envelope("chat.completion.chunk", [choice])
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None,
-                      "finish_reason": finish_reason, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "text": text or "",
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
             body = self._envelope("text_completion", [choice])
         if with_usage_field:
             body["usage"] = None
@@ -89,6 +99,7 @@ def sse(body: dict[str, Any]) -> bytes:
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-def error_body(message: str, status: int, err_type: str = "BadRequestError",
-               param: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, status: int, err_type: str = "BadRequestError", param: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from sidecar import logs
 from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
 from sidecar.mockvllm.metrics import EngineCollector, LatencyMetrics
 from sidecar.mockvllm.openai_shapes import SSE_DONE, ResponseShaper, error_body, usage
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
-from sidecar import logs
 from sidecar.options import setting
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         if self.scheduling_policy not in ("fcfs", "priority"):
-            raise SystemExit(f"--scheduling-policy: {self.scheduling_policy!r} is not fcfs|priority")
+            raise SystemExit(f"--scheduling-policy {self.scheduling_policy!r}: fcfs or priority")
         return EngineConfig(
             kv_cache_tokens=self.kv_cache_tokens,
             block_size=self.block_size,
@@ -128,7 +128,9 @@ class MockVllm:
             return _error(400, "max_tokens must be at least 1.", "max_tokens")
         prompt_tokens = estimate_prompt_tokens(body)
         try:
-            sequence = self.engine.submit(prompt_tokens, max_tokens, priority)
+            sequence = self.engine.submit(
+                prompt_tokens, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
+            )
         except RequestRejected as error:
             return _error(400, str(error))
         shaper = ResponseShaper(endpoint, self.settings.model, sequence.request_id)
@@ -164,8 +166,9 @@ class MockVllm:
             finish = sequence.finish_reason if last else None
             await response.write(shaper.chunk(token, finish, with_usage_field=include_usage))
         if include_usage:
-            await response.write(shaper.usage_chunk(usage(sequence.prompt_tokens,
-                                                          sequence.generated)))
+            await response.write(
+                shaper.usage_chunk(usage(sequence.prompt_tokens, sequence.generated))
+            )
         await response.write(SSE_DONE)
         await response.write_eof()
         return response

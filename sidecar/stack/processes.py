@@ -27,8 +27,9 @@ def _die_with_parent() -> None:
 
 
 class ManagedProcess:
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -54,6 +55,14 @@ class ManagedProcess:
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+
+    def send_signal(self, signum: int) -> None:
+        assert self._process is not None, f"{self.name} was not started"
+        self._process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        assert self._process is not None, f"{self.name} was not started"
+        return self._process.wait(timeout)
 
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None

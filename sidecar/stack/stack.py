@@ -40,8 +40,11 @@ class StackOptions:
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
         replicas = int(overrides.get("replicas", cls.replicas))  # type: ignore[call-overload]
         ports = dict(
-            listen_port=free_port(), envoy_admin_port=free_port(), grpc_port=free_port(),
-            admin_port=free_port(), redis_port=free_port(),
+            listen_port=free_port(),
+            envoy_admin_port=free_port(),
+            grpc_port=free_port(),
+            admin_port=free_port(),
+            redis_port=free_port(),
             mock_ports=tuple(free_port() for _ in range(replicas)),
         )
         return cls(work_dir=work_dir, **{**ports, **overrides})  # type: ignore[arg-type]
@@ -126,10 +129,22 @@ class Stack:
                 "redis-server not found: install it (apt-get install redis-server) "
                 "or point REDIS_URL at a running Redis"
             )
-        redis = self._launch("redis", [
-            binary, "--port", str(self.options.redis_port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", str(self.options.work_dir),
-        ])
+        redis = self._launch(
+            "redis",
+            [
+                binary,
+                "--port",
+                str(self.options.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.options.work_dir),
+            ],
+        )
         redis.wait_ready(lambda: readiness.redis_ping(self.redis_url))
 
     def _start_mocks(self) -> None:
@@ -137,22 +152,43 @@ class Stack:
         for index, (port, url) in enumerate(
             zip(self.options.replica_ports, self.mock_urls, strict=True), start=1
         ):
-            process = self._launch(f"mock-vllm-{index}", [
-                sys.executable, "-m", "sidecar", "mock-vllm", "--port", str(port),
-                "--time-scale", str(self.options.time_scale),
-                "--seed", str(self.options.seed + index), *self.options.mock_args,
-            ])
+            process = self._launch(
+                f"mock-vllm-{index}",
+                [
+                    sys.executable,
+                    "-m",
+                    "sidecar",
+                    "mock-vllm",
+                    "--port",
+                    str(port),
+                    "--time-scale",
+                    str(self.options.time_scale),
+                    "--seed",
+                    str(self.options.seed + index),
+                    *self.options.mock_args,
+                ],
+            )
             started.append((process, url))
         for process, url in started:  # they start in parallel, then each is awaited
             process.wait_ready(lambda url=url: readiness.http_ok(f"{url}/health"))
 
     def _start_sidecar(self) -> None:
-        sidecar = self._launch("sidecar", [
-            sys.executable, "-m", "sidecar", "serve",
-            "--grpc-port", str(self.options.grpc_port),
-            "--admin-port", str(self.options.admin_port),
-            "--redis-url", self.redis_url, *self.options.sidecar_args,
-        ])
+        sidecar = self._launch(
+            "sidecar",
+            [
+                sys.executable,
+                "-m",
+                "sidecar",
+                "serve",
+                "--grpc-port",
+                str(self.options.grpc_port),
+                "--admin-port",
+                str(self.options.admin_port),
+                "--redis-url",
+                self.redis_url,
+                *self.options.sidecar_args,
+            ],
+        )
         sidecar.wait_ready(lambda: readiness.grpc_serving(self.sidecar_grpc))
 
     def _start_envoy(self) -> None:
@@ -165,7 +201,11 @@ class Stack:
         )
         path = envoy_config.write(config, self.options.work_dir / "envoy.yaml")
         argv = [
-            envoy_config.envoy_binary(), "-c", str(path), "--log-level", "warning",
+            envoy_config.envoy_binary(),
+            "-c",
+            str(path),
+            "--log-level",
+            "warning",
             # Several Envoys share this machine in tests: no shared-memory hot restart.
             "--disable-hot-restart",
         ]
@@ -173,5 +213,3 @@ class Stack:
             argv += ["--concurrency", str(self.options.envoy_concurrency)]
         envoy = self._launch("envoy", argv)
         envoy.wait_ready(lambda: readiness.envoy_ready(self.envoy_admin_url))
-
-

@@ -87,8 +87,7 @@ def _print_endpoints(stack: Stack) -> None:
         ("Redis", stack.redis_url, "redis" if not stack.options.redis_url else None),
     ]
     rows += [
-        (f"mock vLLM {i}", url, f"mock-vllm-{i}")
-        for i, url in enumerate(stack.mock_urls, start=1)
+        (f"mock vLLM {i}", url, f"mock-vllm-{i}") for i, url in enumerate(stack.mock_urls, start=1)
     ]
     print("qos-sidecar stack is up:")
     for label, where, process in rows:

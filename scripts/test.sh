@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Install what the tests need, then lint and run the whole suite.
+# Extra arguments go to pytest.
+source "$(dirname "$0")/setup.sh"
+ensure_system_packages
+ensure_venv test
+cd "$ROOT"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check sidecar tests tools bench
+# pytest exits 5 when it ran no test: that is a failure here too.
+exec "$VENV/bin/python" -m pytest "$@"

@@ -1,0 +1,65 @@
+"""Fixtures that start real components on free loopback ports and always stop them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.stack import Stack, StackOptions
+
+# The mock GPU runs 20x faster than real time so streams finish quickly in tests.
+TEST_TIME_SCALE = 0.05
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> Stack:
+    """Redis, two mock vLLM replicas, the sidecar and Envoy, shared by the session."""
+    options = StackOptions.on_free_ports(
+        tmp_path_factory.mktemp("stack"), time_scale=TEST_TIME_SCALE, envoy_concurrency=1
+    )
+    with Stack(options) as running:
+        yield running
+
+
+@pytest.fixture
+def start_process(tmp_path):
+    """Start a `python -m sidecar ...` child; it is stopped by PID when the test ends."""
+    started: list[ManagedProcess] = []
+
+    def start(name: str, *args: str, ready: Callable[[], bool]) -> ManagedProcess:
+        process = ManagedProcess(
+            name, [sys.executable, "-m", "sidecar", *args], tmp_path / f"{name}.log"
+        )
+        started.append(process)
+        process.start()
+        process.wait_ready(ready)
+        return process
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+@pytest.fixture
+def mock_vllm(start_process):
+    """A factory: one mock vLLM on a free port with the given flags; returns its URL."""
+
+    def start(*flags: str) -> str:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        start_process(
+            f"mock-vllm-{port}",
+            "mock-vllm",
+            "--port",
+            str(port),
+            *flags,
+            ready=lambda: readiness.http_ok(f"{url}/health"),
+        )
+        return url
+
+    return start

@@ -1,0 +1,71 @@
+"""Every Envoy config we ship is accepted by the real Envoy binary."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sidecar.stack import envoy_config
+
+pytestmark = pytest.mark.integration
+
+FULL_CONFIGS = sorted(
+    p for p in envoy_config.ENVOY_DIR.glob("*.yaml") if not p.name.endswith(".snippet.yaml")
+)
+
+
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            envoy_config.envoy_binary(),
+            "--mode",
+            "validate",
+            "-c",
+            str(path),
+            "--disable-hot-restart",
+            "--log-level",
+            "error",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_there_are_configs_to_validate():
+    names = {p.name for p in FULL_CONFIGS}
+    assert {"envoy.yaml", "compose.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", FULL_CONFIGS, ids=lambda p: p.name)
+def test_shipped_config_validates(path):
+    result = validate(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK" in result.stdout
+
+
+def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
+    """The snippet's filter and cluster, put into an Envoy that had no QoS, validate."""
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    config = envoy_config.load()
+    resources = config["static_resources"]
+    manager = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager["http_filters"] = [
+        f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
+    ]
+    resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "qos_sidecar"]
+    manager["http_filters"].insert(0, snippet["http_filter"])
+    resources["clusters"].append(snippet["cluster"])
+    result = validate(envoy_config.write(config, tmp_path / "with-snippet.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_config_is_refused(tmp_path):
+    """The check above can fail: Envoy rejects a config with a bad field."""
+    config = envoy_config.load()
+    config["static_resources"]["clusters"][0]["connect_timeout"] = "soon"
+    result = validate(envoy_config.write(config, tmp_path / "broken.yaml"))
+    assert result.returncode != 0

@@ -1,0 +1,79 @@
+"""`qos-sidecar serve` as a process: gRPC health, admin endpoints, graceful drain."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import grpc
+import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from tests.integration.helpers import scrape, wait_until
+from tests.unit.test_exchange import BODY, request_body, request_headers
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sidecar(start_process):
+    grpc_port, admin_port = free_port(), free_port()
+    address = f"127.0.0.1:{grpc_port}"
+    process = start_process(
+        "sidecar",
+        "serve",
+        "--grpc-port",
+        str(grpc_port),
+        "--admin-port",
+        str(admin_port),
+        "--drain-seconds",
+        "20",
+        ready=lambda: readiness.grpc_serving(address),
+    )
+    return process, address, f"http://127.0.0.1:{admin_port}"
+
+
+def test_health_reports_the_ext_proc_service_and_admin_serves(sidecar):
+    _, address, admin = sidecar
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "envoy.service.ext_proc.v3.ExternalProcessor"):
+            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as unknown:
+            health.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=5)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert readiness.http_ok(f"{admin}/healthz")
+    assert readiness.http_ok(f"{admin}/readyz", b"ready")
+    assert scrape(f"{admin}/metrics")["qos_extproc_streams_open{}"] == 0.0
+
+
+@pytest.mark.asyncio
+async def test_sigterm_drains_an_open_stream_and_refuses_new_ones(sidecar):
+    process, address, admin = sidecar
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = ext_proc_grpc.ExternalProcessorStub(channel)
+        stream = stub.Process()
+        await stream.write(request_headers())
+        assert (await stream.read()).WhichOneof("response") == "request_headers"
+        await wait_until(lambda: scrape(f"{admin}/metrics")["qos_extproc_streams_open{}"] == 1)
+
+        process.send_signal(signal.SIGTERM)
+        await wait_until(lambda: not readiness.http_ok(f"{admin}/readyz"), what="draining")
+        late = stub.Process()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await late.write(request_headers())
+            await late.read()
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        # The stream that was open when the signal came still gets its answers.
+        await stream.write(request_body(BODY))
+        assert (await stream.read()).WhichOneof("response") == "request_body"
+        await stream.done_writing()
+        assert await stream.read() == grpc.aio.EOF
+    # With nothing left open it exits well before its 20 s grace.
+    returncode = await asyncio.to_thread(process.wait, 10)
+    assert returncode == 0

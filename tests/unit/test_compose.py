@@ -1,0 +1,24 @@
+"""docker-compose.yml names the services the stack needs and files that exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_compose_services_profiles_and_mounts():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"redis", "envoy", "sidecar", "mock-vllm", "vllm"} <= set(services)
+    assert services["vllm"]["profiles"] == ["gpu"]
+    assert all("profiles" not in services[name] for name in ("redis", "envoy", "sidecar"))
+    for volume in services["envoy"]["volumes"]:
+        source = volume.split(":")[0]
+        assert (REPO / source).is_file(), source
+    # Admin endpoints are published on loopback only.
+    assert "127.0.0.1:9901:9901" in services["envoy"]["ports"]
+    assert "127.0.0.1:9090:9090" in services["sidecar"]["ports"]
+    assert services["sidecar"]["environment"]["REDIS_URL"].startswith("redis://redis:")

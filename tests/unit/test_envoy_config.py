@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from sidecar.stack import envoy_config
+
+
+def test_adapt_moves_every_address_and_keeps_the_rest():
+    shipped = envoy_config.load()
+    adapted = envoy_config.adapt(
+        shipped,
+        listen=("127.0.0.1", 1111),
+        admin_port=2222,
+        sidecar=("127.0.0.1", 3333),
+        upstreams=[("127.0.0.1", 4444), ("127.0.0.1", 5555), ("127.0.0.1", 6666)],
+    )
+    text = str(adapted)
+    for port in (1111, 2222, 3333, 4444, 5555, 6666):
+        assert f"'port_value': {port}" in text
+    for port in (8080, 9901, 50051, 8001, 8002):
+        assert f"'port_value': {port}" not in text
+    listener = adapted["static_resources"]["listeners"][0]
+    assert listener["filter_chains"] == shipped["static_resources"]["listeners"][0]["filter_chains"]
+    assert shipped["admin"]["address"]["socket_address"]["port_value"] == 9901  # not mutated

@@ -1,0 +1,184 @@
+"""The ext_proc state machine, driven with Envoy's messages, no servers."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
+from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
+from sidecar.policy.decision import Admit, Decision, RequestView, Respond
+
+
+def headers(pairs: dict[str, str], end_of_stream: bool = False, raw: bool = True):
+    values = [
+        base_pb2.HeaderValue(key=k, raw_value=v.encode())
+        if raw
+        else base_pb2.HeaderValue(key=k, value=v)
+        for k, v in pairs.items()
+    ]
+    return ext_proc.HttpHeaders(
+        headers=base_pb2.HeaderMap(headers=values), end_of_stream=end_of_stream
+    )
+
+
+def request_headers(end_of_stream: bool = False, **extra: str) -> ext_proc.ProcessingRequest:
+    pairs = {
+        ":method": "POST",
+        ":path": "/v1/chat/completions",
+        "content-type": "application/json",
+        **extra,
+    }
+    return ext_proc.ProcessingRequest(request_headers=headers(pairs, end_of_stream))
+
+
+def request_body(data: bytes, end_of_stream: bool = True) -> ext_proc.ProcessingRequest:
+    return ext_proc.ProcessingRequest(
+        request_body=ext_proc.HttpBody(body=data, end_of_stream=end_of_stream)
+    )
+
+
+def response_headers(status: str = "200", end_of_stream: bool = False):
+    return ext_proc.ProcessingRequest(response_headers=headers({":status": status}, end_of_stream))
+
+
+class Recording:
+    """A decider that remembers what it saw and answers what it was told."""
+
+    def __init__(self, decision: Decision | Exception) -> None:
+        self.decision = decision
+        self.seen: list[RequestView] = []
+
+    async def decide(self, request: RequestView) -> Decision:
+        self.seen.append(request)
+        if isinstance(self.decision, Exception):
+            raise self.decision
+        return self.decision
+
+
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+
+
+@pytest.mark.asyncio
+async def test_body_request_is_decided_once_at_the_end_of_the_body():
+    decider = Recording(Admit())
+    exchange = Exchange(decider)
+    first = await exchange.handle(request_headers())
+    assert first.WhichOneof("response") == "request_headers"
+    assert decider.seen == []
+    assert exchange.phase is Phase.REQUEST_BODY
+    second = await exchange.handle(request_body(BODY))
+    assert second.WhichOneof("response") == "request_body"
+    assert [v.body for v in decider.seen] == [BODY]
+    assert decider.seen[0].path == "/v1/chat/completions"
+    assert exchange.phase is Phase.RESPONSE_HEADERS
+
+
+@pytest.mark.asyncio
+async def test_streamed_body_chunks_are_joined_before_deciding():
+    decider = Recording(Admit())
+    exchange = Exchange(decider)
+    await exchange.handle(request_headers())
+    await exchange.handle(request_body(BODY[:10], end_of_stream=False))
+    assert decider.seen == []
+    await exchange.handle(request_body(BODY[10:]))
+    assert decider.seen[0].body == BODY
+
+
+@pytest.mark.asyncio
+async def test_request_without_body_is_decided_at_its_headers():
+    decider = Recording(Admit())
+    exchange = Exchange(decider)
+    await exchange.handle(
+        ext_proc.ProcessingRequest(
+            request_headers=headers({":method": "GET", ":path": "/v1/models"}, True)
+        )
+    )
+    assert decider.seen[0].body is None
+    assert decider.seen[0].method == "GET"
+    assert exchange.phase is Phase.RESPONSE_HEADERS
+
+
+@pytest.mark.asyncio
+async def test_respond_becomes_an_immediate_response_and_ends_the_exchange():
+    refusal = Respond(429, b'{"error":{}}', "shed_test", {"retry-after": "15"})
+    exchange = Exchange(Recording(refusal))
+    await exchange.handle(request_headers())
+    answer = await exchange.handle(request_body(BODY))
+    immediate = answer.immediate_response
+    assert answer.WhichOneof("response") == "immediate_response"
+    assert immediate.status.code == 429
+    assert immediate.body == b'{"error":{}}'
+    assert {h.header.key: h.header.raw_value for h in immediate.headers.set_headers} == {
+        "retry-after": b"15"
+    }
+    assert exchange.phase is Phase.DONE
+
+
+@pytest.mark.asyncio
+async def test_admit_applies_headers_and_a_replaced_body_with_its_length():
+    admit = Admit(
+        set_headers={"x-qos-tier": "p1"},
+        remove_headers=("x-qos-spoof",),
+        replace_body=b'{"short":1}',
+    )
+    exchange = Exchange(Recording(admit))
+    await exchange.handle(request_headers())
+    answer = await exchange.handle(request_body(BODY))
+    common = answer.request_body.response
+    assert common.body_mutation.body == b'{"short":1}'
+    set_headers = {h.header.key: h.header.raw_value for h in common.header_mutation.set_headers}
+    assert set_headers == {"x-qos-tier": b"p1", "content-length": b"11"}
+    assert list(common.header_mutation.remove_headers) == ["x-qos-spoof"]
+
+
+@pytest.mark.asyncio
+async def test_response_phases_run_to_done():
+    exchange = Exchange(Recording(Admit()))
+    await exchange.handle(request_headers())
+    await exchange.handle(request_body(BODY))
+    answer = await exchange.handle(response_headers("503"))
+    assert answer.WhichOneof("response") == "response_headers"
+    assert exchange.response_status == 503
+    assert exchange.phase is Phase.RESPONSE_BODY
+    body = ext_proc.ProcessingRequest(
+        response_body=ext_proc.HttpBody(body=b"data: x\n\n", end_of_stream=True)
+    )
+    assert (await exchange.handle(body)).WhichOneof("response") == "response_body"
+    assert exchange.phase is Phase.DONE
+
+
+@pytest.mark.asyncio
+async def test_message_out_of_phase_is_a_protocol_error():
+    exchange = Exchange(Recording(Admit()))
+    with pytest.raises(ProtocolError, match="request_body is not expected"):
+        await exchange.handle(request_body(BODY))
+    await exchange.handle(request_headers())
+    with pytest.raises(ProtocolError, match="response_headers is not expected"):
+        await exchange.handle(response_headers())
+
+
+@pytest.mark.asyncio
+async def test_a_failing_decider_admits_instead_of_failing_the_request():
+    seen = []
+    exchange = Exchange(Recording(RuntimeError("bug")), on_decision=lambda d, s: seen.append(d))
+    await exchange.handle(request_headers())
+    answer = await exchange.handle(request_body(BODY))
+    assert answer.WhichOneof("response") == "request_body"
+    assert [d.reason for d in seen] == ["decider_error"]
+
+
+@pytest.mark.asyncio
+async def test_headers_are_read_from_value_and_raw_value_and_lower_cased():
+    decider = Recording(Admit())
+    exchange = Exchange(decider)
+    message = ext_proc.ProcessingRequest(
+        request_headers=headers(
+            {":method": "GET", ":path": "/v1/models", "X-Tenant": "a"},
+            end_of_stream=True,
+            raw=False,
+        )
+    )
+    await exchange.handle(message)
+    assert decider.seen[0].headers["x-tenant"] == "a"
+    assert decider.seen[0].path == "/v1/models"

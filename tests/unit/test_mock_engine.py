@@ -1,0 +1,174 @@
+"""The simulated GPU on virtual time: every duration is exact, nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected
+
+STEP = 0.025  # decode step, seconds
+PREFILL_RATE = 16_384.0  # tokens/s: a 32K prompt takes 2 s
+
+
+class VirtualTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def engine(**overrides) -> tuple[Engine, VirtualTime]:
+    time = VirtualTime()
+    config = EngineConfig(
+        decode_step_seconds=STEP, prefill_tokens_per_second=PREFILL_RATE, **overrides
+    )
+    return Engine(config, clock=time.clock, sleep=time.sleep), time
+
+
+async def run_until_finished(gpu: Engine, sequences, on_step=None) -> None:
+    while not all(s.finished for s in sequences):
+        if on_step:
+            on_step()
+        assert await gpu.step(), "the engine stalled with work left"
+
+
+def gaps(times):
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+
+@pytest.mark.asyncio
+async def test_short_requests_decode_at_the_step_time():
+    gpu, _ = engine()
+    shorts = [gpu.submit(prompt_tokens=100, max_tokens=40, ignore_eos=True) for _ in range(4)]
+    await run_until_finished(gpu, shorts)
+    for short in shorts:
+        assert short.generated == 40
+        assert short.finish_reason == "length"
+        assert max(gaps(short.token_times)) == pytest.approx(STEP)
+
+
+@pytest.mark.asyncio
+async def test_a_long_prompt_stalls_the_decode_of_the_whole_batch():
+    gpu, time = engine()
+    shorts = [gpu.submit(prompt_tokens=100, max_tokens=40, ignore_eos=True) for _ in range(4)]
+    longs = []
+
+    def arrive_mid_decode():
+        if time.now >= 0.2 and not longs:
+            longs.append(gpu.submit(prompt_tokens=32_768, max_tokens=8, ignore_eos=True))
+
+    await run_until_finished(gpu, shorts, on_step=arrive_mid_decode)
+    prefill = 32_768 / PREFILL_RATE
+    for short in shorts:
+        worst = max(gaps(short.token_times))
+        # The stalled token waited for the whole 2 s prefill plus its own decode step.
+        assert worst == pytest.approx(prefill + STEP)
+        assert worst / STEP > 50  # TPOT 25 ms → ~2 s, the problem in the brief
+
+
+@pytest.mark.asyncio
+async def test_kv_blocks_are_taken_while_running_and_returned_when_finished():
+    gpu, _ = engine(kv_cache_tokens=1024, block_size=16)
+    sequence = gpu.submit(prompt_tokens=100, max_tokens=20, ignore_eos=True)
+    await gpu.step()  # prefill: room for the prompt and the first token
+    assert gpu.free_blocks == 64 - 7
+    assert gpu.kv_cache_usage == pytest.approx(7 / 64)
+    await run_until_finished(gpu, [sequence])
+    assert gpu.free_blocks == 64
+    assert gpu.kv_cache_usage == 0.0
+
+
+@pytest.mark.asyncio
+async def test_requests_wait_for_a_seat_when_the_batch_is_full():
+    gpu, _ = engine(max_num_seqs=2)
+    sequences = [gpu.submit(prompt_tokens=10, max_tokens=5, ignore_eos=True) for _ in range(3)]
+    await gpu.step()
+    assert len(gpu.running) == 2
+    assert gpu.waiting == [sequences[2]]
+    await run_until_finished(gpu, sequences)
+    assert sequences[2].token_times[0] >= max(sequences[0].token_times)
+
+
+@pytest.mark.asyncio
+async def test_requests_wait_for_kv_blocks_head_of_line():
+    gpu, _ = engine(kv_cache_tokens=256, block_size=16)
+    big = gpu.submit(prompt_tokens=200, max_tokens=4, ignore_eos=True)
+    small = gpu.submit(prompt_tokens=100, max_tokens=4, ignore_eos=True)
+    await gpu.step()
+    assert gpu.running == [big]
+    assert gpu.waiting == [small]
+    await run_until_finished(gpu, [big, small])
+    assert small.token_times[0] > big.token_times[-1]
+
+
+@pytest.mark.asyncio
+async def test_running_out_of_blocks_preempts_the_newest_sequence():
+    gpu, _ = engine(kv_cache_tokens=64, block_size=16)
+    old = gpu.submit(prompt_tokens=15, max_tokens=40, ignore_eos=True)
+    new = gpu.submit(prompt_tokens=15, max_tokens=40, ignore_eos=True)
+    await run_until_finished(gpu, [old, new])
+    assert gpu.preemptions >= 1
+    assert old.generated == new.generated == 40
+    assert old.token_times[-1] < new.token_times[-1]  # the old one was never set back
+
+
+@pytest.mark.asyncio
+async def test_priority_policy_orders_the_queue_and_preempts_the_lowest_priority():
+    gpu, _ = engine(kv_cache_tokens=64, block_size=16, scheduling_policy="priority")
+    batch = gpu.submit(prompt_tokens=15, max_tokens=40, priority=2, ignore_eos=True)
+    realtime = gpu.submit(prompt_tokens=15, max_tokens=40, priority=0, ignore_eos=True)
+    await run_until_finished(gpu, [batch, realtime])
+    assert gpu.preemptions >= 1
+    assert realtime.token_times[-1] < batch.token_times[-1]
+
+
+@pytest.mark.asyncio
+async def test_abort_frees_the_seat_and_blocks_at_once():
+    gpu, _ = engine(kv_cache_tokens=1024)
+    sequence = gpu.submit(prompt_tokens=100, max_tokens=100, ignore_eos=True)
+    await gpu.step()
+    gpu.abort(sequence)
+    assert gpu.running == [] and gpu.free_blocks == 64
+    assert sequence.finish_reason == "abort"
+
+
+@pytest.mark.asyncio
+async def test_without_ignore_eos_an_answer_stops_at_its_natural_length():
+    gpu, _ = engine(output_tokens_min=5, output_tokens_max=10)
+    sequence = gpu.submit(prompt_tokens=10, max_tokens=100)
+    await run_until_finished(gpu, [sequence])
+    assert 5 <= sequence.generated <= 10
+    assert sequence.finish_reason == "stop"
+
+
+def test_requests_the_engine_cannot_take_are_rejected():
+    gpu, _ = engine(max_model_len=1000)
+    with pytest.raises(RequestRejected, match="maximum context length is 1000"):
+        gpu.submit(prompt_tokens=1000, max_tokens=None)
+    with pytest.raises(RequestRejected, match="max_tokens=900 is too large"):
+        gpu.submit(prompt_tokens=200, max_tokens=900, ignore_eos=True)
+    with pytest.raises(RequestRejected, match="priority scheduling is not enabled"):
+        gpu.submit(prompt_tokens=10, max_tokens=5, priority=1, ignore_eos=True)
+
+
+@pytest.mark.asyncio
+async def test_the_same_seed_gives_the_same_answers():
+    async def answer(seed):
+        gpu, _ = engine(seed=seed)
+        sequence = gpu.submit(prompt_tokens=10, max_tokens=None)
+        await run_until_finished(gpu, [sequence])
+        words = []
+        while (token := sequence.output.get_nowait()) is not None:
+            words.append(token)
+        return words
+
+    assert await answer(7) == await answer(7)
+    assert await answer(7) != await answer(8)

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import argparse
+
+from sidecar.options import add_arguments, from_args
+from sidecar.settings import SidecarSettings
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, SidecarSettings)
+    return from_args(SidecarSettings, parser.parse_args(argv))
+
+
+def test_flag_beats_environment_beats_default(monkeypatch):
+    assert parse([]).grpc_port == 50051
+    monkeypatch.setenv("QOS_GRPC_PORT", "6000")
+    assert parse([]).grpc_port == 6000
+    assert parse(["--grpc-port", "7000"]).grpc_port == 7000
+
+
+def test_redis_url_comes_from_the_shared_variable(monkeypatch):
+    monkeypatch.setenv("REDIS_URL", "redis://10.0.0.1:6380/2")
+    assert parse([]).redis_url == "redis://10.0.0.1:6380/2"
+    assert parse([]).grpc_address == "127.0.0.1:50051"
