@@ -108,5 +108,9 @@ def _demo(stack: Stack) -> None:
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         answer = json.load(response)
-    print("demo: POST /v1/chat/completions through Envoy and the sidecar →")
-    print("  " + json.dumps(answer)[:400], flush=True)
+    choice = answer["choices"][0]
+    print("demo: POST /v1/chat/completions through Envoy and the sidecar answered:")
+    print(f"  {choice['message']['content'].strip()!r}")
+    print(
+        f"  finish_reason={choice['finish_reason']} usage={json.dumps(answer['usage'])}", flush=True
+    )
