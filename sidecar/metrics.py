@@ -10,8 +10,8 @@ class SidecarMetrics:
         self.registry = CollectorRegistry()
         self.decisions = Counter(
             "qos_decisions",
-            "Admission decisions, by outcome and reason.",
-            ["outcome", "reason"],
+            "Admission decisions, by tier, outcome and reason.",
+            ["tier", "outcome", "reason"],
             registry=self.registry,
         )
         self.decision_seconds = Histogram(

@@ -7,15 +7,17 @@ import logging
 import signal
 
 import grpc
+import redis.asyncio as redis
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import logs
 from sidecar.admin import admin_app
+from sidecar.config.watcher import ConfigWatcher
+from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.metrics import SidecarMetrics
-from sidecar.policy.decision import build_decider
 from sidecar.settings import SidecarSettings
 
 Settings = SidecarSettings
@@ -41,9 +43,15 @@ class SidecarServer:
         self._health = health.aio.HealthServicer()
         self._admin: web.AppRunner | None = None
         self._ready = False
+        # Every Redis call is bounded: a slow Redis must not hold requests for long.
+        self.redis = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
+        )
+        self.watcher = ConfigWatcher(self.redis)
 
     async def start(self) -> None:
-        decider = build_decider(self.settings.decider)
+        await self.watcher.start()
+        decider = build_decider(self.settings, self.redis, self.watcher)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
             ExternalProcessor(decider, self.metrics), self._grpc
         )
@@ -73,6 +81,8 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        await self.watcher.stop()
+        await self.redis.aclose()
         log.info("sidecar stopped")
 
 

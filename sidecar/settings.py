@@ -16,7 +16,12 @@ class SidecarSettings:
     admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
     admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
     redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")
-    decider: str = setting("admit-all", "QOS_DECIDER", "decision policy, by name")
+    decider: str = setting(
+        "admission", "QOS_DECIDER", "decision policy: admission, or admit-all (QoS off)"
+    )
+    tokenizer_file: str = setting(
+        "", "QOS_TOKENIZER_FILE", "the model's tokenizer.json for exact prompt counts"
+    )
     drain_seconds: float = setting(
         10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"
     )

@@ -44,5 +44,5 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
 
     def _record(self, decision: Decision, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"
-        self._metrics.decisions.labels(outcome, decision.reason).inc()
+        self._metrics.decisions.labels(decision.tier or "none", outcome, decision.reason).inc()
         self._metrics.decision_seconds.observe(seconds)

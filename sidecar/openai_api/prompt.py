@@ -1,10 +1,17 @@
-"""The text a request puts into the model's context, and a cheap estimate of its tokens."""
+"""The text a request puts into the model's context, and what it costs in tokens.
+
+The default count is an estimate — about four characters a token, plus a few tokens of
+chat template per message — that needs no tokenizer; `TokenizerCounter` counts exactly
+with the model's own tokenizer file (Hugging Face `tokenizers`).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 # English text averages about four characters a token in BPE vocabularies.
 CHARS_PER_TOKEN = 4
@@ -12,9 +19,31 @@ CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4
 
 
+class PromptCounter(Protocol):
+    def __call__(self, body: dict[str, Any]) -> int: ...
+
+
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
     """Estimated input tokens of a chat or completions body; 1 at least."""
-    tokens = sum(_text_tokens(text) for text in _texts(body))
+    return _count(body, lambda text: math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+class TokenizerCounter:
+    """Exact counts with a tokenizer.json (the model's own tokenizer)."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer  # only needed when a tokenizer file is configured
+
+        self._tokenizer = Tokenizer.from_file(str(path))
+
+    def __call__(self, body: dict[str, Any]) -> int:
+        return _count(
+            body, lambda text: len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        )
+
+
+def _count(body: dict[str, Any], tokens_of: Any) -> int:
+    tokens = sum(tokens_of(text) for text in prompt_texts(body))
     messages = body.get("messages")
     if isinstance(messages, list):
         tokens += TOKENS_PER_MESSAGE * len(messages)
@@ -22,11 +51,8 @@ def estimate_prompt_tokens(body: dict[str, Any]) -> int:
     return max(tokens, 1)
 
 
-def _text_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def _texts(body: dict[str, Any]) -> Iterator[str]:
+def prompt_texts(body: dict[str, Any]) -> Iterator[str]:
+    """Every piece of text the prompt holds: messages, completion prompts, tool schemas."""
     messages = body.get("messages")
     if isinstance(messages, list):
         for message in messages:
@@ -37,6 +63,10 @@ def _texts(body: dict[str, Any]) -> Iterator[str]:
         yield prompt
     elif isinstance(prompt, list):
         yield from (p for p in prompt if isinstance(p, str))
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        # Tool schemas are rendered into the prompt by the chat template.
+        yield json.dumps(tools, separators=(",", ":"))
 
 
 def _content_texts(content: Any) -> Iterator[str]:

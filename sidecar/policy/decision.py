@@ -27,6 +27,7 @@ class Admit:
     remove_headers: tuple[str, ...] = ()
     replace_body: bytes | None = None
     reason: str = "admitted"
+    tier: str = ""
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Respond:
     body: bytes
     reason: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    tier: str = ""
 
 
 Decision = Admit | Respond
@@ -49,13 +51,3 @@ class AdmitAll:
 
     async def decide(self, request: RequestView) -> Decision:
         return Admit()
-
-
-DECIDERS: dict[str, type[Decider]] = {"admit-all": AdmitAll}
-
-
-def build_decider(name: str) -> Decider:
-    try:
-        return DECIDERS[name]()
-    except KeyError:
-        raise SystemExit(f"unknown decider {name!r}; known: {', '.join(DECIDERS)}") from None

@@ -22,9 +22,21 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
-def admitted_count(sidecar_admin_url: str) -> float:
+def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:
+    """Decisions the sidecar counted with this outcome (and reason), over all tiers."""
     samples = scrape(f"{sidecar_admin_url}/metrics")
-    return samples.get('qos_decisions_total{outcome="admit",reason="admitted"}', 0.0)
+    wanted = f'outcome="{outcome}"'
+    return sum(
+        value
+        for name, value in samples.items()
+        if name.startswith("qos_decisions_total{")
+        and wanted in name
+        and (not reason or f'reason="{reason}"' in name)
+    )
+
+
+def admitted_count(sidecar_admin_url: str) -> float:
+    return decision_count(sidecar_admin_url, "admit", "admitted")
 
 
 async def wait_until(check: Callable[[], bool], within: float = 10.0, what: str = "") -> None:

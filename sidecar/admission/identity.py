@@ -1,0 +1,121 @@
+"""Who sent a request: API key or trusted header → tenant → tier.
+
+API keys are looked up by their SHA-256 (Redis never holds a raw key). Known keys are
+cached until the configuration changes; unknown keys are remembered for
+`negative_cache_seconds`, and lookups of keys in neither cache are rate-limited, so a
+flood of random keys costs Redis a bounded number of calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from cachetools import TTLCache
+
+from sidecar.config.schema import IdentityConfig, Tier
+from sidecar.config.store import Snapshot, hash_api_key
+
+KNOWN_KEY_SECONDS = 60.0
+CACHE_ENTRIES = 100_000
+
+
+@dataclass(frozen=True)
+class Identity:
+    tenant: str | None  # None: no known identity, served in the default tier
+    tier: Tier
+    source: str  # "api_key", "header" or "default"
+
+    @property
+    def tenant_label(self) -> str:
+        return self.tenant or "anonymous"
+
+
+class Unauthenticated(Exception):
+    """No known identity, and the configuration refuses such requests."""
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class _LookupBudget:
+    """A local token bucket for Redis lookups of keys no cache knows."""
+
+    def __init__(self, per_second: float, clock: Callable[[], float]) -> None:
+        self.per_second = per_second
+        self._clock = clock
+        self._tokens = per_second
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.per_second, self._tokens + (now - self._at) * self.per_second)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+class IdentityResolver:
+    def __init__(
+        self,
+        lookup_key_hash: Callable[[str], Awaitable[str | None]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lookup = lookup_key_hash
+        self._clock = clock
+        self._config: IdentityConfig | None = None
+        self._version = -1
+        self.lookups = 0  # Redis lookups made, for tests and metrics
+
+    def _caches_for(self, snapshot: Snapshot) -> IdentityConfig:
+        if snapshot.version != self._version:  # tenants or keys may have changed
+            config = snapshot.config.identity
+            self._known: TTLCache[str, str] = TTLCache(
+                CACHE_ENTRIES, KNOWN_KEY_SECONDS, timer=self._clock
+            )
+            self._unknown: TTLCache[str, bool] = TTLCache(
+                CACHE_ENTRIES, max(config.negative_cache_seconds, 1e-9), timer=self._clock
+            )
+            if self._config is None or (
+                self._config.max_key_lookups_per_second != config.max_key_lookups_per_second
+            ):
+                self._budget = _LookupBudget(config.max_key_lookups_per_second, self._clock)
+            self._config, self._version = config, snapshot.version
+        assert self._config is not None
+        return self._config
+
+    async def resolve(self, headers: Mapping[str, str], snapshot: Snapshot) -> Identity:
+        config = self._caches_for(snapshot)
+        for source in config.sources:
+            tenant = None
+            if source == "api_key":
+                token = bearer_token(headers)
+                tenant = await self._tenant_for_key(token) if token else None
+            elif source == "header":
+                tenant = headers.get(config.tenant_header) or None
+            if tenant is not None and tenant in snapshot.tenants:
+                return Identity(tenant, snapshot.tenants[tenant].tier, source)
+        if config.unknown == "reject":
+            raise Unauthenticated
+        return Identity(None, config.default_tier, "default")
+
+    async def _tenant_for_key(self, api_key: str) -> str | None:
+        digest = hash_api_key(api_key)
+        if digest in self._known:
+            return self._known[digest]
+        if digest in self._unknown or not self._budget.take():
+            return None
+        self.lookups += 1
+        tenant = await self._lookup(digest)
+        if tenant is None:
+            if self._config and self._config.negative_cache_seconds > 0:
+                self._unknown[digest] = True
+        else:
+            self._known[digest] = tenant
+        return tenant

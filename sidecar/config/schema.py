@@ -1,0 +1,175 @@
+"""The QoS configuration kept in Redis: its schema, its validation, its defaults.
+
+Every model forbids unknown keys, so a typo is refused with its name instead of being
+ignored. Defaults are the product brief's: P0 60 %, P1 35 %, P2 5 % of the fleet's
+token rate, bursts of 0.5 s of rate.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "FallbackKind",
+    "QosConfig",
+    "Tenant",
+    "Tier",
+    "TierConfig",
+    "ValidationError",
+    "describe",
+]
+
+
+class Tier(enum.StrEnum):
+    P0 = "p0"
+    P1 = "p1"
+    P2 = "p2"
+
+
+class FallbackKind(enum.StrEnum):
+    COMPLETION = "completion"  # HTTP 200, an answer saying "retry later"
+    ERROR = "error"  # HTTP 429, an OpenAI error object
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+Positive = Annotated[float, Field(gt=0)]
+Share = Annotated[float, Field(gt=0, le=1)]
+
+DEFAULT_MESSAGE = (
+    "We are serving many users right now. Your place is kept: please retry in {retry_after} s."
+)
+
+
+class TierConfig(_Strict):
+    share: Share
+    weight: Positive = 1.0
+    burst_seconds: Positive = 0.5
+    max_tokens_cap: Annotated[int, Field(ge=1)] | None = None
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    # Whether an exhausted budget sheds this tier. P0 is never shed for budget: it is
+    # admitted over budget and counted (the concurrency guard still bounds it).
+    sheddable: bool = True
+    fallback: FallbackKind = FallbackKind.COMPLETION
+    fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
+    retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
+
+    @field_validator("fallback_message")
+    @classmethod
+    def _message_formats(cls, message: str) -> str:
+        try:
+            message.format(retry_after=15)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"may contain {{retry_after}} and no other {{placeholder}} ({exc!r})"
+            ) from None
+        return message
+
+    def message(self) -> str:
+        return self.fallback_message.format(retry_after=self.retry_after_seconds)
+
+
+class TiersConfig(_Strict):
+    p0: TierConfig = TierConfig(
+        share=0.60, max_tokens_cap=512, max_prompt_tokens=4096, sheddable=False
+    )
+    p1: TierConfig = TierConfig(share=0.35)
+    p2: TierConfig = TierConfig(share=0.05)
+
+    def __getitem__(self, tier: Tier) -> TierConfig:
+        return getattr(self, tier.value)
+
+    @model_validator(mode="after")
+    def _shares_fit_the_fleet(self) -> TiersConfig:
+        total = self.p0.share + self.p1.share + self.p2.share
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                f"tier shares add up to {total:.4g}; they split the fleet and may not pass 1"
+            )
+        return self
+
+
+class FleetConfig(_Strict):
+    # What the GPUs behind this gateway can prefill, in input tokens a second.
+    capacity_tokens_per_second: Positive = 50_000.0
+    # In-flight requests the fleet takes at most (all tiers).
+    max_concurrency: Annotated[int, Field(ge=1)] = 256
+
+
+class IdentityConfig(_Strict):
+    # Where a request's tenant comes from, tried in this order.
+    sources: tuple[Literal["api_key", "header"], ...] = ("api_key",)
+    # A header set by a trusted filter in front (e.g. jwt_authn's claim_to_headers).
+    # Only list "header" in sources if Envoy overwrites this header on every request.
+    tenant_header: Annotated[str, Field(pattern=r"^[a-z0-9-]+$")] = "x-tenant-id"
+    # A request with no known identity: served in default_tier, or refused with 401.
+    unknown: Literal["default_tier", "reject"] = "default_tier"
+    default_tier: Tier = Tier.P2
+    # How long an unknown API key is remembered as unknown, sparing Redis the lookups.
+    negative_cache_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
+    # Lookups of keys not in any cache, per second, at most; past it they count as unknown.
+    max_key_lookups_per_second: Annotated[float, Field(gt=0)] = 200.0
+
+    @model_validator(mode="after")
+    def _sources_unique(self) -> IdentityConfig:
+        if not self.sources or len(set(self.sources)) != len(self.sources):
+            raise ValueError("identity.sources must name each source once, at least one")
+        return self
+
+
+class QosConfig(_Strict):
+    fleet: FleetConfig = FleetConfig()
+    identity: IdentityConfig = IdentityConfig()
+    tiers: TiersConfig = TiersConfig()
+
+    @classmethod
+    def from_partial(cls, data: dict[str, Any]) -> QosConfig:
+        """Validate `data` laid over the defaults: keys it omits keep their default."""
+        if not isinstance(data, dict):
+            raise ValueError("a config document is a mapping of keys to values")
+        return cls.model_validate(_deep_merge(cls().model_dump(mode="json"), data))
+
+    def tier_rate(self, tier: Tier) -> float:
+        """The tier's bucket refill rate in tokens a second."""
+        return self.tiers[tier].share * self.fleet.capacity_tokens_per_second
+
+
+class Tenant(_Strict):
+    tier: Tier
+    # An optional budget of the tenant's own, inside its tier's: tokens a second.
+    rate_tokens_per_second: Positive | None = None
+    burst_seconds: Positive = 0.5
+
+
+def describe(error: ValidationError) -> str:
+    """One line per problem, naming the key: `tiers.p2.share: Input should be ...`."""
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(config)"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{where}: {message}")
+    return "\n".join(lines)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,121 @@
+"""The configuration, tenants and API keys in Redis.
+
+Keys share the hash tag {qos-config}, so one MULTI can change a document, bump the
+version and stay on one Redis Cluster slot. Every change increments the version and is
+announced on a channel; sidecars reload on the announcement and also poll the version,
+so a missed message is caught within the poll interval.
+
+    qos:{qos-config}:doc             the QosConfig document, JSON
+    qos:{qos-config}:version         incremented on every change
+    qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
+    qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
+    qos:{qos-config}:tenant-keys:N   set: the key hashes of tenant N
+    qos:config:changed               pub/sub channel, message: the new version
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as redis
+
+from sidecar.config.schema import QosConfig, Tenant
+
+_PREFIX = "qos:{qos-config}"
+DOC_KEY = f"{_PREFIX}:doc"
+VERSION_KEY = f"{_PREFIX}:version"
+TENANTS_KEY = f"{_PREFIX}:tenants"
+API_KEYS_KEY = f"{_PREFIX}:apikeys"
+CHANGED_CHANNEL = "qos:config:changed"
+
+
+def tenant_keys_key(tenant: str) -> str:
+    return f"{_PREFIX}:tenant-keys:{tenant}"
+
+
+def hash_api_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+class ConfigInvalid(ValueError):
+    """What Redis holds does not validate; the last good configuration stays in force."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    config: QosConfig = field(default_factory=QosConfig)
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+
+
+class ConfigStore:
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    async def version(self) -> int:
+        return int(await self._redis.get(VERSION_KEY) or 0)
+
+    async def load(self) -> Snapshot:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY)
+            version, doc, tenants = await pipe.execute()
+        try:
+            config = QosConfig.model_validate_json(doc) if doc else QosConfig()
+            parsed = {
+                _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
+            }
+        except ValueError as error:
+            raise ConfigInvalid(f"the configuration in Redis is invalid: {error}") from error
+        return Snapshot(int(version or 0), config, parsed)
+
+    async def save_config(self, config: QosConfig) -> int:
+        return await self._change(lambda pipe: pipe.set(DOC_KEY, config.model_dump_json()))
+
+    async def seed_defaults(self) -> bool:
+        """Write the default document if Redis has none; True if it was written."""
+        written = await self._redis.set(DOC_KEY, QosConfig().model_dump_json(), nx=True)
+        if written:
+            await self._change(lambda _pipe: None)  # only the version bump and announcement
+        return bool(written)
+
+    async def put_tenant(self, name: str, tenant: Tenant, api_key: str | None = None) -> int:
+        def change(pipe: Any) -> None:
+            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
+            if api_key is not None:
+                digest = hash_api_key(api_key)
+                pipe.hset(API_KEYS_KEY, digest, name)
+                pipe.sadd(tenant_keys_key(name), digest)
+
+        return await self._change(change)
+
+    async def remove_tenant(self, name: str) -> bool:
+        digests = await self._redis.smembers(tenant_keys_key(name))
+        existed = await self._redis.hexists(TENANTS_KEY, name)
+
+        def change(pipe: Any) -> None:
+            pipe.hdel(TENANTS_KEY, name)
+            if digests:
+                pipe.hdel(API_KEYS_KEY, *digests)
+            pipe.delete(tenant_keys_key(name))
+
+        await self._change(change)
+        return bool(existed)
+
+    async def tenant_for_key_hash(self, digest: str) -> str | None:
+        name = await self._redis.hget(API_KEYS_KEY, digest)
+        return None if name is None else _text(name)
+
+    async def _change(self, apply: Any) -> int:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            apply(pipe)
+            pipe.incr(VERSION_KEY)
+            results = await pipe.execute()
+        version = int(results[-1])
+        await self._redis.publish(CHANGED_CHANNEL, str(version))
+        return version
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

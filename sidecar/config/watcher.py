@@ -1,0 +1,89 @@
+"""Keeps a sidecar's copy of the configuration current: pub/sub plus a version poll."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as redis
+
+from sidecar.config.store import CHANGED_CHANNEL, ConfigInvalid, ConfigStore, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class ConfigWatcher:
+    """`current` is the last good snapshot; it is replaced only by one that validates."""
+
+    def __init__(
+        self, client: redis.Redis, poll_seconds: float = 0.5, initial: Snapshot | None = None
+    ) -> None:
+        self._redis = client
+        self._store = ConfigStore(client)
+        self._poll_seconds = poll_seconds
+        self.current = initial or Snapshot(version=0)
+        self._refused_version: int | None = None
+        self._listeners: list[Callable[[Snapshot], None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock = asyncio.Lock()
+
+    def on_change(self, listener: Callable[[Snapshot], None]) -> None:
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        try:
+            await self._store.seed_defaults()
+            await self.refresh()
+        except redis.RedisError as error:
+            log.warning("config not loaded, running on defaults: %s", error)
+        self._tasks = [
+            asyncio.create_task(self._poll(), name="config-poll"),
+            asyncio.create_task(self._listen(), name="config-listen"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def refresh(self) -> None:
+        """Load the configuration if its version moved on since the last load."""
+        async with self._lock:
+            version = await self._store.version()
+            if version in (self.current.version, self._refused_version):
+                return
+            try:
+                snapshot = await self._store.load()
+            except ConfigInvalid as error:
+                self._refused_version = version
+                log.error("%s; keeping version %s", error, self.current.version)
+                return
+            self.current = snapshot
+            log.info(
+                "config loaded",
+                extra={"version": snapshot.version, "tenants": len(snapshot.tenants)},
+            )
+        for listener in self._listeners:
+            listener(snapshot)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_seconds)
+            with contextlib.suppress(redis.RedisError):
+                await self.refresh()
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self._redis.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANGED_CHANNEL)
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            await self.refresh()
+            except redis.RedisError as error:
+                log.debug("config channel lost (%s); the poll covers until it is back", error)
+                await asyncio.sleep(self._poll_seconds)

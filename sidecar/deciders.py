@@ -1,0 +1,39 @@
+"""Builds the decider named in the settings, with what it needs to run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis.asyncio as redis
+
+from sidecar.admission.decider import AdmissionDecider
+from sidecar.admission.identity import IdentityResolver
+from sidecar.config.store import ConfigStore
+from sidecar.config.watcher import ConfigWatcher
+from sidecar.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.openai_api.prompt import PromptCounter, TokenizerCounter, estimate_prompt_tokens
+from sidecar.policy.decision import AdmitAll, Decider
+from sidecar.settings import SidecarSettings
+
+DECIDERS = ("admission", "admit-all")
+
+
+def prompt_counter(settings: SidecarSettings) -> PromptCounter:
+    if settings.tokenizer_file:
+        return TokenizerCounter(Path(settings.tokenizer_file))
+    return estimate_prompt_tokens
+
+
+def build_decider(
+    settings: SidecarSettings, client: redis.Redis, watcher: ConfigWatcher
+) -> Decider:
+    if settings.decider == "admit-all":
+        return AdmitAll()
+    if settings.decider == "admission":
+        return AdmissionDecider(
+            snapshot=lambda: watcher.current,
+            identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
+            limiter=RedisTokenBuckets(client),
+            count_prompt=prompt_counter(settings),
+        )
+    raise SystemExit(f"unknown decider {settings.decider!r}; known: {', '.join(DECIDERS)}")

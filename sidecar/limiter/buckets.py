@@ -1,0 +1,41 @@
+"""Token buckets: what a limiter is asked, what it answers, and how buckets are named."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    key: str
+    rate: float  # tokens a second
+    burst: float  # tokens
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0 or self.burst <= 0:
+            raise ValueError(f"bucket {self.key}: rate and burst must be positive")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    refused: int | None = None  # index into the buckets asked for, when refused
+    retry_after: float | None = None  # seconds; None when waiting can never help
+    remaining: float = 0.0  # tokens left in the first bucket
+
+
+class Limiter(Protocol):
+    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+        """Take `cost` from every bucket, or from none."""
+        ...
+
+
+def tier_bucket_key(tier: str) -> str:
+    # A tier's buckets share its hash tag: one call touches one Redis Cluster slot.
+    return f"qos:{{bucket-{tier}}}:tier"
+
+
+def tenant_bucket_key(tier: str, tenant: str) -> str:
+    return f"qos:{{bucket-{tier}}}:tenant:{tenant}"

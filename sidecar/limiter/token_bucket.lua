@@ -1,0 +1,52 @@
+-- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically.
+--
+-- KEYS[i]        a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
+-- ARGV[1]        cost, in tokens
+-- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
+--
+-- Time is Redis's own clock (TIME), never a caller's: sidecars on many hosts share
+-- these buckets and their clocks differ. A missing key is a full bucket, so every key
+-- expires once it would have refilled anyway.
+--
+-- Returns {allowed (1|0), refused bucket index (0 if none), retry after (ms, -1 if
+-- never: cost above that bucket's burst), tokens left in bucket 1 (string)}.
+
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
+local cost = tonumber(ARGV[1])
+local levels = {}
+local refused, longest_wait = 0, 0
+
+for i = 1, #KEYS do
+  local rate = tonumber(ARGV[2 * i])
+  local burst = tonumber(ARGV[2 * i + 1])
+  if cost > burst then
+    return {0, i, -1, tostring(burst)}
+  end
+  local state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  local tokens, ts = tonumber(state[1]), tonumber(state[2])
+  if tokens == nil or ts == nil then
+    tokens, ts = burst, now
+  end
+  tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
+  levels[i] = tokens
+  if tokens < cost then
+    local wait = math.ceil((cost - tokens) * 1000 / rate)
+    if wait > longest_wait then
+      refused, longest_wait = i, wait
+    end
+  end
+end
+
+if refused > 0 then
+  return {0, refused, longest_wait, tostring(levels[1])}
+end
+
+for i = 1, #KEYS do
+  local rate = tonumber(ARGV[2 * i])
+  local burst = tonumber(ARGV[2 * i + 1])
+  local left = levels[i] - cost
+  redis.call('HSET', KEYS[i], 'tokens', tostring(left), 'ts', tostring(now))
+  redis.call('PEXPIRE', KEYS[i], math.ceil((burst - left) * 1000 / rate) + 1000)
+end
+return {1, 0, 0, tostring(levels[1] - cost)}

@@ -1,0 +1,35 @@
+"""The one error type of admission: why a request is not sent upstream."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.StrEnum):
+    INVALID_REQUEST = "invalid_request"
+    UNAUTHENTICATED = "unauthenticated"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    COST_EXCEEDS_BURST = "cost_exceeds_burst"
+    TENANT_RATE_LIMITED = "tenant_rate_limited"
+    SHED_TIER_BUDGET = "shed_tier_budget"
+
+    @property
+    def is_shed(self) -> bool:
+        """Load shedding: answered with the tier's fallback, not an error."""
+        return self.value.startswith("shed_")
+
+
+class Refusal(Exception):
+    def __init__(
+        self,
+        reason: Reason,
+        message: str,
+        *,
+        param: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.param = param
+        self.retry_after = retry_after
