@@ -1,20 +1,27 @@
-"""The `qos-sidecar` command: one subcommand a module, each with a Settings class and main()."""
+"""The `qos-sidecar` command: one subcommand a module.
+
+A module either has `Settings` (a dataclass of flags, see sidecar.options) and
+`main(settings) -> int`, or `add_arguments(parser)` that sets `run(args) -> int` itself
+(commands with actions, such as `tenants add`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
 from sidecar.options import add_arguments, from_args
 
-# name → (module with `Settings` and `main(settings) -> int`, one-line summary)
 COMMANDS = {
     "serve": ("sidecar.server", "run the ext_proc sidecar (gRPC) and its admin HTTP server"),
     "up": ("sidecar.stack.up", "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas"),
     "mock-vllm": ("sidecar.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
+    "tenants": ("sidecar.commands.tenants", "add, list and remove tenants and their API keys"),
+    "config": ("sidecar.commands.config", "show, set, import and export the QoS configuration"),
 }
 
 
@@ -27,17 +34,23 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module_name, summary) in COMMANDS.items():
         module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=summary, description=summary)
-        add_arguments(sub, module.Settings)
-        sub.set_defaults(module=module)
+        if hasattr(module, "add_arguments"):
+            module.add_arguments(sub)
+        else:
+            add_arguments(sub, module.Settings)
+            sub.set_defaults(run=lambda args, m=module: m.main(from_args(m.Settings, args)))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.module.main(from_args(args.module.Settings, args))
+        return args.run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `qos-sidecar config export | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

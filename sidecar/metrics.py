@@ -25,6 +25,11 @@ class SidecarMetrics:
             "ext_proc streams (HTTP exchanges) Envoy has open with this sidecar.",
             registry=self.registry,
         )
+        self.config_version = Gauge(
+            "qos_config_version",
+            "Version of the QoS configuration this sidecar has in force.",
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

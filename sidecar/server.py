@@ -48,6 +48,7 @@ class SidecarServer:
             settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
         )
         self.watcher = ConfigWatcher(self.redis)
+        self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
 
     async def start(self) -> None:
         await self.watcher.start()

@@ -6,11 +6,14 @@ import sys
 from collections.abc import Callable
 
 import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio as aioredis
 
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.stack.stack import Stack, StackOptions, start_redis_server
 
 # The mock GPU runs 20x faster than real time so streams finish quickly in tests.
 TEST_TIME_SCALE = 0.05
@@ -63,3 +66,28 @@ def mock_vllm(start_process):
         return url
 
     return start
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> str:
+    """A real redis-server for the session; its URL."""
+    port = free_port()
+    process = start_redis_server(tmp_path_factory.mktemp("redis"), port)
+    yield f"redis://127.0.0.1:{port}/0"
+    process.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    """The session's Redis, emptied for this test."""
+    client = redis.Redis.from_url(redis_server)
+    client.flushall()
+    client.close()
+    return redis_server
+
+
+@pytest_asyncio.fixture
+async def aredis(redis_url):
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()

@@ -103,6 +103,9 @@ class ConfigStore:
         await self._change(change)
         return bool(existed)
 
+    async def key_count(self, tenant: str) -> int:
+        return int(await self._redis.scard(tenant_keys_key(tenant)))
+
     async def tenant_for_key_hash(self, digest: str) -> str | None:
         name = await self._redis.hget(API_KEYS_KEY, digest)
         return None if name is None else _text(name)

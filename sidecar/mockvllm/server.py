@@ -134,10 +134,18 @@ class MockVllm:
         except RequestRejected as error:
             return _error(400, str(error))
         shaper = ResponseShaper(endpoint, self.settings.model, sequence.request_id)
+        # What the gateway told us, echoed so tests can see what reached the GPU.
+        seen = {
+            f"x-mock-saw-{name.lower()}": value
+            for name, value in request.headers.items()
+            if name.lower().startswith("x-qos-")
+        }
         try:
             if parsed.stream:
-                return await self._stream(request, sequence, shaper, parsed.include_usage)
-            return await self._whole(sequence, shaper)
+                return await self._stream(request, sequence, shaper, parsed.include_usage, seen)
+            response = await self._whole(sequence, shaper)
+            response.headers.update(seen)
+            return response
         finally:
             self.engine.abort(sequence)  # no-op once finished; frees a disconnected client's
 
@@ -151,10 +159,19 @@ class MockVllm:
         )
 
     async def _stream(
-        self, request: web.Request, sequence: Sequence, shaper: ResponseShaper, include_usage: bool
+        self,
+        request: web.Request,
+        sequence: Sequence,
+        shaper: ResponseShaper,
+        include_usage: bool,
+        extra_headers: dict[str, str],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **extra_headers,
+            }
         )
         await response.prepare(request)
         if shaper.endpoint is Endpoint.CHAT:

@@ -81,6 +81,10 @@ class Stack:
         return self.options.redis_url or f"redis://127.0.0.1:{self.options.redis_port}/0"
 
     @property
+    def redis_process_name(self) -> str | None:
+        return None if self.options.redis_url else f"redis-{self.options.redis_port}"
+
+    @property
     def mock_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{port}" for port in self.options.replica_ports]
 
@@ -123,29 +127,7 @@ class Stack:
             if not readiness.redis_ping(self.options.redis_url):
                 raise StackError(f"REDIS_URL={self.options.redis_url} does not answer PING")
             return
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise StackError(
-                "redis-server not found: install it (apt-get install redis-server) "
-                "or point REDIS_URL at a running Redis"
-            )
-        redis = self._launch(
-            "redis",
-            [
-                binary,
-                "--port",
-                str(self.options.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.options.work_dir),
-            ],
-        )
-        redis.wait_ready(lambda: readiness.redis_ping(self.redis_url))
+        self.processes.append(start_redis_server(self.options.work_dir, self.options.redis_port))
 
     def _start_mocks(self) -> None:
         started = []
@@ -213,3 +195,38 @@ class Stack:
             argv += ["--concurrency", str(self.options.envoy_concurrency)]
         envoy = self._launch("envoy", argv)
         envoy.wait_ready(lambda: readiness.envoy_ready(self.envoy_admin_url))
+
+
+def start_redis_server(work_dir: Path, port: int, *extra: str) -> ManagedProcess:
+    """A redis-server on 127.0.0.1:`port`, persistence off, ready when it returns."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise StackError(
+            "redis-server not found: install it (apt-get install redis-server) "
+            "or point REDIS_URL at a running Redis"
+        )
+    redis = ManagedProcess(
+        f"redis-{port}",
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(work_dir),
+            *extra,
+        ],
+        work_dir / f"redis-{port}.log",
+    )
+    redis.start()
+    try:
+        redis.wait_ready(lambda: readiness.redis_ping(f"redis://127.0.0.1:{port}/0"))
+    except BaseException:
+        redis.stop()
+        raise
+    return redis

@@ -84,7 +84,7 @@ def _print_endpoints(stack: Stack) -> None:
         ("Envoy admin", stack.envoy_admin_url, None),
         ("sidecar gRPC", stack.sidecar_grpc, "sidecar"),
         ("sidecar admin", stack.sidecar_admin_url, None),
-        ("Redis", stack.redis_url, "redis" if not stack.options.redis_url else None),
+        ("Redis", stack.redis_url, stack.redis_process_name),
     ]
     rows += [
         (f"mock vLLM {i}", url, f"mock-vllm-{i}") for i, url in enumerate(stack.mock_urls, start=1)

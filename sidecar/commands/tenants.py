@@ -1,0 +1,81 @@
+"""`qos-sidecar tenants add|list|remove`: who is in which tier, and their API keys."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+
+from pydantic import ValidationError
+
+from sidecar.commands.common import CommandError, add_redis_argument, run_with_store
+from sidecar.config.schema import Tenant, Tier, describe
+from sidecar.config.store import ConfigStore
+
+KEY_PREFIX = "qsk-"
+
+
+def new_api_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="add a tenant (or change its tier) and give it a key")
+    add.add_argument("name")
+    add.add_argument("--tier", required=True, choices=[t.value for t in Tier])
+    add.add_argument("--api-key", help="the key to accept; without it, one is made and printed")
+    add.add_argument(
+        "--no-key", action="store_true", help="no API key (the tenant is named by a trusted header)"
+    )
+    add.add_argument(
+        "--rate",
+        type=float,
+        dest="rate_tokens_per_second",
+        help="the tenant's own budget inside its tier, tokens a second",
+    )
+    add.add_argument("--burst-seconds", type=float, default=0.5)
+    add.set_defaults(run=lambda args: run_with_store(args, _add))
+    listing = actions.add_parser("list", help="list tenants")
+    listing.set_defaults(run=lambda args: run_with_store(args, _list))
+    remove = actions.add_parser("remove", help="remove a tenant and revoke its keys")
+    remove.add_argument("name")
+    remove.set_defaults(run=lambda args: run_with_store(args, _remove))
+    for sub in (add, listing, remove):
+        add_redis_argument(sub)
+
+
+async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
+    if not args.name or len(args.name) > 200 or any(c.isspace() for c in args.name):
+        raise CommandError("a tenant name is 1 to 200 characters without spaces")
+    try:
+        tenant = Tenant(
+            tier=args.tier,
+            rate_tokens_per_second=args.rate_tokens_per_second,
+            burst_seconds=args.burst_seconds,
+        )
+    except ValidationError as error:
+        raise CommandError(describe(error)) from None
+    made = None
+    api_key = args.api_key
+    if api_key is None and not args.no_key:
+        api_key = made = new_api_key()
+    await store.put_tenant(args.name, tenant, api_key)
+    if made:
+        print(made)
+
+
+async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
+    snapshot = await store.load()
+    print(f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'KEYS':>5}")
+    for name in sorted(snapshot.tenants):
+        tenant = snapshot.tenants[name]
+        rate = (
+            "-" if tenant.rate_tokens_per_second is None else f"{tenant.rate_tokens_per_second:g}"
+        )
+        keys = await store.key_count(name)
+        print(f"{name:<24} {tenant.tier.value:<5} {rate:>16} {keys:>5}")
+
+
+async def _remove(store: ConfigStore, args: argparse.Namespace) -> None:
+    if not await store.remove_tenant(args.name):
+        raise CommandError(f"no tenant named {args.name!r}")

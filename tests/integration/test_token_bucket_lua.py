@@ -1,0 +1,107 @@
+"""The token-bucket Lua script against a real redis-server."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.limiter.buckets import BucketSpec, tenant_bucket_key, tier_bucket_key
+from sidecar.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+TIER = BucketSpec(tier_bucket_key("p1"), rate=1000, burst=500)
+TENANT = BucketSpec(tenant_bucket_key("p1", "acme"), rate=100, burst=200)
+
+
+async def server_ms(client) -> float:
+    seconds, micros = await client.time()
+    return seconds * 1000 + micros / 1000
+
+
+async def set_state(client, key: str, tokens: float, ts_ms: float) -> None:
+    await client.hset(key, mapping={"tokens": tokens, "ts": ts_ms})
+
+
+async def tokens(client, key: str) -> float:
+    return float(await client.hget(key, "tokens"))
+
+
+async def test_a_missing_bucket_is_full_and_drains(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    first = await buckets.acquire(500, [TIER])
+    assert first.allowed and first.remaining == pytest.approx(0, abs=1)
+    second = await buckets.acquire(100, [TIER])
+    assert not second.allowed and second.refused == 0
+    # 100 tokens at 1000/s: about 100 ms, less what refilled since the first call.
+    assert 0.05 < second.retry_after <= 0.1
+
+
+async def test_refill_follows_the_redis_clock(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    await set_state(aredis, TIER.key, 0, await server_ms(aredis) - 200)
+    verdict = await buckets.acquire(150, [TIER])
+    assert verdict.allowed
+    # 200 ms at 1000 tokens/s refilled 200; 150 taken; a few ms may have passed since.
+    assert 50 <= verdict.remaining < 60
+    # A timestamp ahead of the server's clock refills nothing (no negative elapsed).
+    await set_state(aredis, TIER.key, 10, await server_ms(aredis) + 10_000)
+    assert not (await buckets.acquire(20, [TIER])).allowed
+    assert await tokens(aredis, TIER.key) == 10  # a refusal writes nothing
+
+
+async def test_refill_stops_at_the_burst(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    await set_state(aredis, TIER.key, 0, await server_ms(aredis) - 3_600_000)
+    verdict = await buckets.acquire(1, [TIER])
+    assert verdict.remaining == pytest.approx(499)
+
+
+async def test_all_or_nothing_across_tier_and_tenant(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    now = await server_ms(aredis)
+    await set_state(aredis, TIER.key, 400, now)
+    await set_state(aredis, TENANT.key, 50, now)
+    verdict = await buckets.acquire(100, [TIER, TENANT])
+    assert not verdict.allowed and verdict.refused == 1
+    # The tenant lacks ~50 tokens at 100/s: about half a second.
+    assert 0.45 <= verdict.retry_after <= 0.5
+    assert await tokens(aredis, TIER.key) == 400  # the tier bucket was not charged
+    assert (await buckets.acquire(40, [TIER, TENANT])).allowed
+    assert await tokens(aredis, TIER.key) == pytest.approx(360, abs=2)
+    assert await tokens(aredis, TENANT.key) == pytest.approx(10, abs=1)
+
+
+async def test_the_longest_wait_names_the_refusing_bucket(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    now = await server_ms(aredis)
+    await set_state(aredis, TIER.key, 0, now)  # 100 tokens short: 0.1 s at 1000/s
+    await set_state(aredis, TENANT.key, 150, now)  # enough
+    verdict = await buckets.acquire(100, [TIER, TENANT])
+    assert verdict.refused == 0 and verdict.retry_after == pytest.approx(0.1, abs=0.01)
+
+
+async def test_every_key_expires_once_it_would_be_full_again(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    assert (await buckets.acquire(150, [TIER, TENANT])).allowed
+    # Tier: 150 tokens short of full at 1000/s → 150 ms, plus 1 s of slack.
+    assert 1100 <= await aredis.pttl(TIER.key) <= 1150
+    # Tenant: 150 short at 100/s → 1.5 s, plus 1 s.
+    assert 2450 <= await aredis.pttl(TENANT.key) <= 2500
+
+
+async def test_a_cost_above_the_burst_is_refused_at_once(aredis):
+    verdict = await RedisTokenBuckets(aredis).acquire(201, [TIER, TENANT])
+    assert not verdict.allowed and verdict.refused == 1 and verdict.retry_after is None
+    assert await aredis.exists(TIER.key, TENANT.key) == 0  # Redis was not asked
+    # The script refuses it too, should a caller skip the check.
+    raw = await aredis.eval(SCRIPT, 1, TIER.key, 501, TIER.rate, TIER.burst)
+    assert raw[:3] == [0, 1, -1]
+
+
+async def test_script_survives_a_script_flush(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    assert (await buckets.acquire(1, [TIER])).allowed
+    await aredis.script_flush()
+    assert (await buckets.acquire(1, [TIER])).allowed
+    assert await tokens(aredis, TIER.key) == pytest.approx(498, abs=1)
+

@@ -1,0 +1,145 @@
+"""The admission decider with a fake limiter and directory: no servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from sidecar.admission.decider import AdmissionDecider
+from sidecar.admission.identity import IdentityResolver
+from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.limiter.buckets import Verdict
+from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.policy.decision import Admit, RequestView, Respond
+
+KEYS = {hash_api_key("k-p2"): "bulk", hash_api_key("k-p0"): "pay", hash_api_key("k-cap"): "capped"}
+TENANTS = {
+    "bulk": Tenant(tier=Tier.P2),
+    "pay": Tenant(tier=Tier.P0),
+    "capped": Tenant(tier=Tier.P1, rate_tokens_per_second=100),
+}
+
+
+ALLOW = Verdict(True)
+
+
+class FakeLimiter:
+    def __init__(self, verdict: Verdict | Exception = ALLOW) -> None:
+        self.verdict = verdict
+        self.calls: list[tuple[float, list]] = []
+
+    async def acquire(self, cost, buckets):
+        self.calls.append((cost, list(buckets)))
+        if isinstance(self.verdict, Exception):
+            raise self.verdict
+        return self.verdict
+
+
+async def lookup(digest):
+    return KEYS.get(digest)
+
+
+def decider(limiter: FakeLimiter, **config) -> AdmissionDecider:
+    snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS)
+    return AdmissionDecider(
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens
+    )
+
+
+def chat(key: str | None = "k-p2", path="/v1/chat/completions", extra_headers=None, **body):
+    headers = {":method": "POST", ":path": path, **(extra_headers or {})}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    payload = {"messages": [{"role": "user", "content": "x" * 400}], **body}
+    return RequestView("POST", path, headers, json.dumps(payload).encode())
+
+
+@pytest.mark.asyncio
+async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
+    limiter = FakeLimiter()
+    spoof = {"x-qos-tier": "p0", "x-qos-tenant": "pay", "x-qos-priority": "0"}
+    decision = await decider(limiter).decide(chat(extra_headers=spoof))
+    assert isinstance(decision, Admit)
+    assert decision.set_headers == {"x-qos-tier": "p2", "x-qos-tenant": "bulk"}
+    assert decision.remove_headers == ("x-qos-priority",)
+    assert decision.replace_body is None
+    cost, buckets = limiter.calls[0]
+    assert cost == 100 + 4  # 400 characters and one message
+    assert [b.key for b in buckets] == ["qos:{bucket-p2}:tier"]
+    assert buckets[0].rate == pytest.approx(2500) and buckets[0].burst == pytest.approx(1250)
+
+
+@pytest.mark.asyncio
+async def test_cost_is_tokens_times_the_tier_weight_and_tenant_buckets_join():
+    limiter = FakeLimiter()
+    await decider(limiter, tiers={"p1": {"weight": 2.5}}).decide(chat("k-cap"))
+    cost, buckets = limiter.calls[0]
+    assert cost == pytest.approx(104 * 2.5)
+    assert [b.key for b in buckets] == ["qos:{bucket-p1}:tier", "qos:{bucket-p1}:tenant:capped"]
+    assert (buckets[1].rate, buckets[1].burst) == (100, 50)
+
+
+@pytest.mark.asyncio
+async def test_p0_body_is_rewritten_with_the_output_cap():
+    decision = await decider(FakeLimiter()).decide(chat("k-p0", max_tokens=2048))
+    assert isinstance(decision, Admit)
+    assert json.loads(decision.replace_body)["max_tokens"] == 512
+
+
+@pytest.mark.asyncio
+async def test_exhausted_tier_budget_sheds_sheddable_tiers_only():
+    empty = FakeLimiter(Verdict(False, refused=0, retry_after=0.3))
+    shed = await decider(empty).decide(chat("k-p2", stream=True))
+    assert isinstance(shed, Respond)
+    assert (shed.status, shed.reason, shed.tier) == (200, "shed_tier_budget", "p2")
+    assert shed.body.endswith(b"data: [DONE]\n\n")
+    over = await decider(empty).decide(chat("k-p0"))
+    assert isinstance(over, Admit) and over.reason == "admitted_over_budget"
+
+
+@pytest.mark.asyncio
+async def test_tenant_budget_and_impossible_costs_are_errors():
+    tenant_empty = FakeLimiter(Verdict(False, refused=1, retry_after=2.5))
+    limited = await decider(tenant_empty).decide(chat("k-cap"))
+    assert (limited.status, limited.reason, limited.headers["retry-after"]) == (
+        429,
+        "tenant_rate_limited",
+        "3",
+    )
+    never = FakeLimiter(Verdict(False, refused=0, retry_after=None))
+    too_big = await decider(never).decide(chat("k-p2"))
+    assert (too_big.status, too_big.reason) == (400, "cost_exceeds_burst")
+
+
+@pytest.mark.asyncio
+async def test_bad_bodies_and_missing_keys_are_refused_before_any_budget_is_spent():
+    limiter = FakeLimiter()
+    bad = RequestView("POST", "/v1/chat/completions", {}, b"{not json")
+    answer = await decider(limiter).decide(bad)
+    assert (answer.status, answer.reason) == (400, "invalid_request")
+    rejected = await decider(limiter, identity={"unknown": "reject"}).decide(chat(key=None))
+    assert (rejected.status, rejected.reason) == (401, "unauthenticated")
+    long_p0 = await decider(limiter).decide(
+        chat("k-p0", messages=[{"role": "user", "content": "x" * 40_000}])
+    )
+    assert (long_p0.status, long_p0.reason) == (400, "prompt_too_long")
+    assert limiter.calls == []
+
+
+@pytest.mark.asyncio
+async def test_other_paths_pass_through_uncharged_but_tagged():
+    limiter = FakeLimiter()
+    models = RequestView("GET", "/v1/models", {"authorization": "Bearer k-p0"}, None)
+    decision = await decider(limiter).decide(models)
+    assert isinstance(decision, Admit) and decision.set_headers["x-qos-tier"] == "p0"
+    assert limiter.calls == []
+
+
+@pytest.mark.asyncio
+async def test_redis_failure_admits_rather_than_refusing_everyone():
+    broken = FakeLimiter(redis.ConnectionError("down"))
+    decision = await decider(broken).decide(chat())
+    assert isinstance(decision, Admit) and decision.reason == "limiter_unavailable"

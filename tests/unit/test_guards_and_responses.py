@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sidecar.config.schema import FallbackKind, QosConfig, TierConfig
+from sidecar.openai_api.request import CompletionRequest, Endpoint
+from sidecar.policy.fallbacks import FINISH_REASON, ResponseShape
+from sidecar.policy.guards import apply_guards
+from sidecar.policy.refusals import Reason, Refusal
+from sidecar.policy.responses import respond
+
+P0 = QosConfig().tiers.p0
+P2 = QosConfig().tiers.p2
+
+
+def chat(**fields) -> CompletionRequest:
+    return CompletionRequest(
+        Endpoint.CHAT, {"messages": [{"role": "user", "content": "hi"}], **fields}
+    )
+
+
+def test_p0_output_is_capped_when_absent_or_above_the_cap():
+    assert apply_guards(chat(), P0, "p0", 10)["max_tokens"] == 512
+    assert apply_guards(chat(max_tokens=4000), P0, "p0", 10)["max_tokens"] == 512
+    both = apply_guards(chat(max_tokens=4000, max_completion_tokens=9000), P0, "p0", 10)
+    assert (both["max_tokens"], both["max_completion_tokens"]) == (512, 512)
+    assert apply_guards(chat(max_tokens=100), P0, "p0", 10) is None  # under the cap
+    assert apply_guards(chat(max_tokens=4000), P2, "p2", 10) is None  # no cap on P2
+
+
+def test_long_prompts_are_refused_for_the_tier_that_limits_them():
+    with pytest.raises(Refusal) as refused:
+        apply_guards(chat(), P0, "p0", 5000)
+    assert refused.value.reason is Reason.PROMPT_TOO_LONG
+    assert "5000" in refused.value.message and "4096" in refused.value.message
+    assert apply_guards(chat(), P2, "p2", 50_000) is None
+
+
+SHED = Refusal(Reason.SHED_TIER_BUDGET, "budget", retry_after=0.2)
+
+
+@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETIONS])
+def test_shed_fallback_is_a_whole_completion(endpoint):
+    answer = respond(SHED, ResponseShape(endpoint, model="m"), P2, "p2")
+    body = json.loads(answer.body)
+    assert answer.status == 200
+    assert answer.headers["retry-after"] == "15"
+    assert answer.headers["x-qos-decision"] == "shed_tier_budget"
+    assert answer.headers["content-type"] == "application/json"
+    assert body["object"] == ("chat.completion" if endpoint is Endpoint.CHAT else "text_completion")
+    assert body["choices"][0]["finish_reason"] == FINISH_REASON
+    assert body["model"] == "m"
+    text = body["choices"][0].get("text") or body["choices"][0]["message"]["content"]
+    assert "retry in 15 s" in text
+
+
+def test_streamed_fallback_is_one_chunk_then_done():
+    shape = ResponseShape(Endpoint.CHAT, stream=True, include_usage=True)
+    answer = respond(SHED, shape, P2, "p2")
+    events = answer.body.decode().split("\n\n")
+    assert answer.headers["content-type"] == "text/event-stream"
+    assert events[1:] == ["data: [DONE]", ""]
+    chunk = json.loads(events[0].removeprefix("data: "))
+    assert chunk["object"] == "chat.completion.chunk"
+    assert chunk["choices"][0]["delta"]["role"] == "assistant"
+    assert chunk["usage"]["total_tokens"] == 0
+
+
+def test_tiers_preferring_errors_get_a_429_error_object():
+    tier = TierConfig(share=0.05, fallback=FallbackKind.ERROR, retry_after_seconds=30)
+    answer = respond(SHED, ResponseShape(Endpoint.CHAT), tier, "p2")
+    assert answer.status == 429
+    assert answer.headers["retry-after"] == "30"
+    error = json.loads(answer.body)["error"]
+    assert error["code"] == "load_shedding" and "retry in 30 s" in error["message"]
+
+
+def test_errors_carry_their_status_reason_and_retry_after():
+    limited = respond(
+        Refusal(Reason.TENANT_RATE_LIMITED, "slow down", retry_after=1.2),
+        ResponseShape(Endpoint.CHAT),
+        P2,
+        "p2",
+    )
+    assert (limited.status, limited.headers["retry-after"]) == (429, "2")
+    unauth = respond(Refusal(Reason.UNAUTHENTICATED, "key please"), None, None)
+    assert unauth.status == 401 and unauth.headers["www-authenticate"] == "Bearer"
+    assert json.loads(unauth.body)["error"]["code"] == "invalid_api_key"
+    bad = respond(Refusal(Reason.INVALID_REQUEST, "no", param="messages"), None, None)
+    assert bad.status == 400 and "retry-after" not in bad.headers
+    assert json.loads(bad.body)["error"] == {
+        "message": "no",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": None,
+    }
+    assert bad.headers["x-qos-decision"] == "invalid_request"
