@@ -24,7 +24,7 @@ class ConfigWatcher:
         self._store = ConfigStore(client)
         self._poll_seconds = poll_seconds
         self.current = initial or Snapshot(version=0)
-        self._refused_version: int | None = None
+        self.refused_version: int | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
@@ -54,12 +54,12 @@ class ConfigWatcher:
         """Load the configuration if its version moved on since the last load."""
         async with self._lock:
             version = await self._store.version()
-            if version in (self.current.version, self._refused_version):
+            if version in (self.current.version, self.refused_version):
                 return
             try:
                 snapshot = await self._store.load()
             except ConfigInvalid as error:
-                self._refused_version = version
+                self.refused_version = version
                 log.error("%s; keeping version %s", error, self.current.version)
                 return
             self.current = snapshot

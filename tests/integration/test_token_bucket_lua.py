@@ -104,4 +104,3 @@ async def test_script_survives_a_script_flush(aredis):
     await aredis.script_flush()
     assert (await buckets.acquire(1, [TIER])).allowed
     assert await tokens(aredis, TIER.key) == pytest.approx(498, abs=1)
-

@@ -1,0 +1,50 @@
+"""Speaks ext_proc to a sidecar the way Envoy does: one stream per request."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+
+
+def _headers(pairs: dict[str, str], end_of_stream: bool) -> ext_proc.HttpHeaders:
+    return ext_proc.HttpHeaders(
+        headers=base_pb2.HeaderMap(
+            headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
+        ),
+        end_of_stream=end_of_stream,
+    )
+
+
+class ExtProcClient:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = ext_proc_grpc.ExternalProcessorStub(channel)
+
+    async def decide(
+        self, body: dict, api_key: str | None = None, path: str = "/v1/chat/completions"
+    ) -> ext_proc.ProcessingResponse:
+        """Send a POST's headers and body; the sidecar's answer to the body."""
+        pairs = {":method": "POST", ":path": path, "content-type": "application/json"}
+        if api_key:
+            pairs["authorization"] = f"Bearer {api_key}"
+        stream = self._stub.Process()
+        try:
+            await stream.write(ext_proc.ProcessingRequest(request_headers=_headers(pairs, False)))
+            await stream.read()
+            await stream.write(
+                ext_proc.ProcessingRequest(
+                    request_body=ext_proc.HttpBody(
+                        body=json.dumps(body).encode(), end_of_stream=True
+                    )
+                )
+            )
+            return await stream.read()
+        finally:
+            stream.cancel()
+
+
+def admitted(answer: ext_proc.ProcessingResponse) -> bool:
+    return answer.WhichOneof("response") == "request_body"

@@ -1,0 +1,81 @@
+"""Two sidecars sharing one Redis admit, together, the configured token rate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.store import ConfigStore
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from tests.integration.extproc_client import ExtProcClient, admitted
+
+pytestmark = pytest.mark.integration
+
+RUN_SECONDS = 10.0
+# 384 characters and one message: 96 + 4 = 100 estimated tokens a request.
+BODY = {"messages": [{"role": "user", "content": "x" * 384}]}
+COST = 100
+# P1 gets 35 % of 8571.4 tokens/s: 3000 tokens/s, 30 requests/s, a 1500-token burst.
+CAPACITY = 3000 / 0.35
+RATE, BURST = 3000.0, 1500.0
+OFFERED_PER_SIDECAR = 45  # requests/s: together three times what the budget allows
+
+
+async def offer(address: str, until: float) -> tuple[int, int]:
+    """Send paced requests until `until`; (admitted, shed)."""
+    counts = [0, 0]
+    async with grpc.aio.insecure_channel(address) as channel:
+        client = ExtProcClient(channel)
+        interval = 1 / OFFERED_PER_SIDECAR
+        next_at = time.monotonic()
+        while next_at < until:
+            answer = await client.decide(BODY, api_key="shared-key")
+            counts[0 if admitted(answer) else 1] += 1
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    return counts[0], counts[1]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_two_sidecars_admit_the_configured_rate_within_5_percent(
+    start_process, redis_url, aredis
+):
+    store = ConfigStore(aredis)
+    await store.save_config(
+        QosConfig.from_partial({"fleet": {"capacity_tokens_per_second": CAPACITY}})
+    )
+    await store.put_tenant("shared", Tenant(tier=Tier.P1), "shared-key")
+    addresses = []
+    for name in ("sidecar-a", "sidecar-b"):
+        address = f"127.0.0.1:{free_port()}"
+        start_process(
+            name,
+            "serve",
+            "--grpc-port",
+            address.rsplit(":", 1)[1],
+            "--admin-port",
+            str(free_port()),
+            "--redis-url",
+            redis_url,
+            ready=lambda address=address: readiness.grpc_serving(address),
+        )
+        addresses.append(address)
+
+    started = time.monotonic()
+    results = await asyncio.gather(*(offer(a, started + RUN_SECONDS) for a in addresses))
+    elapsed = time.monotonic() - started
+
+    admitted_requests = sum(a for a, _ in results)
+    shed_requests = sum(s for _, s in results)
+    expected = (RATE * elapsed + BURST) / COST
+    assert shed_requests > admitted_requests  # the budget, not the offer, was the limit
+    assert all(a > 0 for a, _ in results)  # both sidecars took from the shared budget
+    assert abs(admitted_requests - expected) <= 0.05 * expected, (
+        f"admitted {admitted_requests}, expected {expected:.0f} over {elapsed:.2f} s"
+    )
