@@ -10,9 +10,9 @@ import pytest
 
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
+from sidecar.extproc.client import ExtProcClient, admitted
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
-from tests.integration.extproc_client import ExtProcClient, admitted
 
 pytestmark = pytest.mark.integration
 

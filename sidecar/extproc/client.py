@@ -1,4 +1,5 @@
-"""Speaks ext_proc to a sidecar the way Envoy does: one stream per request."""
+"""Speaks ext_proc to a sidecar the way Envoy does, one stream per request: for tests and
+benchmarks that drive a sidecar without an Envoy in front."""
 
 from __future__ import annotations
 

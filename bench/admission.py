@@ -1,0 +1,194 @@
+"""Decision time and Redis round trips of admission, side by side with admit-all.
+
+Starts a redis-server and two sidecars on free loopback ports: one that admits
+everything without looking (`--decider admit-all`, the floor) and one with the full
+admission policy. Both get the same requests over real gRPC, one at a time, and the
+client times each decision (body sent → answer read). Redis's INFO commandstats tells
+how many commands the decision path sent per admitted request.
+
+Run: .venv/bin/python bench/admission.py [--requests 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import redis
+import redis.asyncio as aioredis
+
+from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.store import ConfigStore
+from sidecar.config.watcher import ConfigWatcher
+from sidecar.deciders import build_decider
+from sidecar.extproc.client import ExtProcClient, admitted
+from sidecar.policy.decision import RequestView
+from sidecar.settings import SidecarSettings
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.stack import start_redis_server
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "Where is my order? " * 20}]}
+DECISION_COMMANDS = ("evalsha", "eval", "script|load", "hget")
+
+
+def start_sidecar(work: Path, redis_url: str, decider: str) -> tuple[ManagedProcess, str]:
+    address = f"127.0.0.1:{free_port()}"
+    process = ManagedProcess(
+        f"sidecar-{decider}",
+        [
+            "python",
+            "-m",
+            "sidecar",
+            "serve",
+            "--grpc-port",
+            address.rsplit(":", 1)[1],
+            "--admin-port",
+            str(free_port()),
+            "--redis-url",
+            redis_url,
+            "--decider",
+            decider,
+            "--log-level",
+            "WARNING",
+        ],
+        work / f"sidecar-{decider}.log",
+    )
+    process.start()
+    process.wait_ready(lambda: readiness.grpc_serving(address))
+    return process, address
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): value["calls"] for name, value in stats.items()}
+
+
+async def run(
+    address: str, requests: int, api_key: str, counter: redis.Redis
+) -> tuple[list[float], int, dict[str, int]]:
+    """Per-decision latencies (seconds), how many were admitted, Redis commands sent."""
+    latencies, admits = [], 0
+    async with grpc.aio.insecure_channel(address) as channel:
+        client = ExtProcClient(channel)
+        for _ in range(200):  # warm-up: connections, caches, script load
+            await client.decide(BODY, api_key=api_key)
+        before = command_calls(counter)
+        for _ in range(requests):
+            started = time.perf_counter()
+            answer = await client.decide(BODY, api_key=api_key)
+            latencies.append(time.perf_counter() - started)
+            admits += admitted(answer)
+        after = command_calls(counter)
+    sent = {name: after[name] - before.get(name, 0) for name in after}
+    return latencies, admits, {name: n for name, n in sent.items() if n}
+
+
+async def decide_in_process(redis_url: str, requests: int) -> list[float]:
+    """The admission decider itself, timed around decide(): parse, identify, one Redis call."""
+    client = aioredis.Redis.from_url(redis_url)
+    watcher = ConfigWatcher(client)
+    await watcher.start()
+    decider = build_decider(SidecarSettings(redis_url=redis_url), client, watcher)
+    headers = {
+        ":method": "POST",
+        ":path": "/v1/chat/completions",
+        "authorization": "Bearer bench-key",
+    }
+    view = RequestView("POST", "/v1/chat/completions", headers, json.dumps(BODY).encode())
+    latencies = []
+    try:
+        for attempt in range(requests + 200):
+            started = time.perf_counter()
+            await decider.decide(view)
+            if attempt >= 200:  # after the warm-up
+                latencies.append(time.perf_counter() - started)
+    finally:
+        await watcher.stop()
+        await client.aclose()
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(q * 10) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp:
+        work = Path(tmp)
+        port = free_port()
+        redis_process = start_redis_server(work, port)
+        redis_url = f"redis://127.0.0.1:{port}/0"
+        processes = [redis_process]
+        try:
+            client = redis.Redis.from_url(redis_url)
+
+            async def configure(partial: dict) -> None:
+                async_client = aioredis.Redis.from_url(redis_url)
+                store = ConfigStore(async_client)
+                await store.save_config(QosConfig.from_partial(partial))
+                await store.put_tenant("bench", Tenant(tier=Tier.P1), "bench-key")
+                await async_client.aclose()
+
+            # Budget far above the offered load: every request takes the admit path.
+            asyncio.run(configure({"fleet": {"capacity_tokens_per_second": 1e9}}))
+            results = {}
+            for decider in ("admit-all", "admission"):
+                process, address = start_sidecar(work, redis_url, decider)
+                processes.append(process)
+                latencies, admits, sent = asyncio.run(
+                    run(address, args.requests, "bench-key", client)
+                )
+                results[decider] = (latencies, admits, sent)
+            in_process = asyncio.run(decide_in_process(redis_url, args.requests))
+            # The shed path: P1's budget holds three requests and refills 0.35 tokens/s.
+            asyncio.run(
+                configure(
+                    {
+                        "fleet": {"capacity_tokens_per_second": 1},
+                        "tiers": {"p1": {"burst_seconds": 1000}},
+                    }
+                )
+            )
+            shed_latencies, shed_admits, shed_sent = asyncio.run(
+                run(address, args.requests, "bench-key", client)
+            )
+        finally:
+            for process in reversed(processes):
+                process.stop()
+
+    floor = results["admit-all"][0]
+    print(
+        f"decide() alone, in process, real Redis: p50 {percentile(in_process, 50) * 1000:.3f} ms"
+        f", p99 {percentile(in_process, 99) * 1000:.3f} ms\n"
+    )
+    print(f"{args.requests} decisions each, one at a time, over real gRPC on loopback\n")
+    header = ("decider", "p50 ms", "p99 ms", "p50 vs floor", "Redis trips/admit")
+    print(f"{header[0]:<22} {header[1]:>8} {header[2]:>8} {header[3]:>13} {header[4]:>18}")
+    rows = [(name, *results[name]) for name in ("admit-all", "admission")]
+    rows.append(("admission, shed path", shed_latencies, shed_admits, shed_sent))
+    for name, latencies, admits, sent in rows:
+        p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+        ratio = p50 / percentile(floor, 50)
+        decision_calls = sum(sent.get(c, 0) for c in DECISION_COMMANDS)
+        per_admit = f"{decision_calls / admits:.3f}" if admits else "-"
+        print(f"{name:<22} {p50 * 1000:>8.3f} {p99 * 1000:>8.3f} {ratio:>12.2f}x {per_admit:>18}")
+        print(f"{'':<22} admitted {admits}/{len(latencies)}; Redis commands: {sent}")
+    print(
+        "\nRedis round trips: EVALSHA, EVAL, SCRIPT LOAD and HGET (API-key lookups) sent by the"
+        "\ndecision path; TIME, HMGET, HSET and PEXPIRE run inside the script. GET: config polls."
+    )
+
+
+if __name__ == "__main__":
+    main()
