@@ -30,40 +30,11 @@ from sidecar.deciders import build_decider
 from sidecar.extproc.client import ExtProcClient, admitted
 from sidecar.policy.decision import RequestView
 from sidecar.settings import SidecarSettings
-from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.stack import start_redis_server
+from sidecar.stack.stack import start_redis_server, start_sidecar
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Where is my order? " * 20}]}
 DECISION_COMMANDS = ("evalsha", "eval", "script|load", "hget")
-
-
-def start_sidecar(work: Path, redis_url: str, decider: str) -> tuple[ManagedProcess, str]:
-    address = f"127.0.0.1:{free_port()}"
-    process = ManagedProcess(
-        f"sidecar-{decider}",
-        [
-            "python",
-            "-m",
-            "sidecar",
-            "serve",
-            "--grpc-port",
-            address.rsplit(":", 1)[1],
-            "--admin-port",
-            str(free_port()),
-            "--redis-url",
-            redis_url,
-            "--decider",
-            decider,
-            "--log-level",
-            "WARNING",
-        ],
-        work / f"sidecar-{decider}.log",
-    )
-    process.start()
-    process.wait_ready(lambda: readiness.grpc_serving(address))
-    return process, address
 
 
 def command_calls(client: redis.Redis) -> dict[str, int]:
@@ -144,8 +115,17 @@ def main() -> None:
             asyncio.run(configure({"fleet": {"capacity_tokens_per_second": 1e9}}))
             results = {}
             for decider in ("admit-all", "admission"):
-                process, address = start_sidecar(work, redis_url, decider)
-                processes.append(process)
+                sidecar = start_sidecar(
+                    work,
+                    redis_url,
+                    "--decider",
+                    decider,
+                    "--log-level",
+                    "WARNING",
+                    name=f"sidecar-{decider}",
+                )
+                processes.append(sidecar.process)
+                address = sidecar.grpc_address
                 latencies, admits, sent = asyncio.run(
                     run(address, args.requests, "bench-key", client)
                 )

@@ -13,7 +13,13 @@ import redis.asyncio as aioredis
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.stack import Stack, StackOptions, start_redis_server
+from sidecar.stack.stack import (
+    RunningSidecar,
+    Stack,
+    StackOptions,
+    start_redis_server,
+    start_sidecar,
+)
 
 # The mock GPU runs 20x faster than real time so streams finish quickly in tests.
 TEST_TIME_SCALE = 0.05
@@ -91,3 +97,18 @@ async def aredis(redis_url):
     client = aioredis.Redis.from_url(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def sidecars(tmp_path, redis_url):
+    """A factory: `qos-sidecar serve` on free ports with the test's Redis and these flags."""
+    started: list[RunningSidecar] = []
+
+    def start(*flags: str) -> RunningSidecar:
+        sidecar = start_sidecar(tmp_path, redis_url, *flags, name=f"sidecar-{len(started)}")
+        started.append(sidecar)
+        return sidecar
+
+    yield start
+    for sidecar in reversed(started):
+        sidecar.process.stop()

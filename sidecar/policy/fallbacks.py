@@ -47,34 +47,21 @@ def _envelope(shape: ResponseShape, obj: str, choice: dict[str, Any]) -> dict[st
 def completion_fallback(shape: ResponseShape, message: str) -> tuple[bytes, str]:
     """The body and its content type."""
     chat = shape.endpoint is Endpoint.CHAT
-    if shape.stream:
-        if chat:
-            choice = {
-                "index": 0,
-                "delta": {"role": "assistant", "content": message},
-                "logprobs": None,
-                "finish_reason": FINISH_REASON,
-            }
-            body = _envelope(shape, "chat.completion.chunk", choice)
-        else:
-            choice = {"index": 0, "text": message, "logprobs": None, "finish_reason": FINISH_REASON}
-            body = _envelope(shape, "text_completion", choice)
-        if shape.include_usage:
-            body["usage"] = _ZERO_USAGE
-        return b"data: " + _dumps(body) + b"\n\ndata: [DONE]\n\n", "text/event-stream"
     if chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": message},
-            "logprobs": None,
-            "finish_reason": FINISH_REASON,
-        }
-        body = _envelope(shape, "chat.completion", choice)
+        said = {"role": "assistant", "content": message}
+        choice = {"index": 0, ("delta" if shape.stream else "message"): said}
+        obj = "chat.completion.chunk" if shape.stream else "chat.completion"
     else:
-        choice = {"index": 0, "text": message, "logprobs": None, "finish_reason": FINISH_REASON}
-        body = _envelope(shape, "text_completion", choice)
-    body["usage"] = _ZERO_USAGE
-    return _dumps(body), "application/json"
+        choice = {"index": 0, "text": message}
+        obj = "text_completion"
+    choice |= {"logprobs": None, "finish_reason": FINISH_REASON}
+    body = _envelope(shape, obj, choice)
+    if not shape.stream:
+        body["usage"] = _ZERO_USAGE
+        return _dumps(body), "application/json"
+    if shape.include_usage:
+        body["usage"] = _ZERO_USAGE
+    return b"data: " + _dumps(body) + b"\n\ndata: [DONE]\n\n", "text/event-stream"
 
 
 def error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> bytes:

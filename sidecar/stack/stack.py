@@ -155,23 +155,15 @@ class Stack:
             process.wait_ready(lambda url=url: readiness.http_ok(f"{url}/health"))
 
     def _start_sidecar(self) -> None:
-        sidecar = self._launch(
-            "sidecar",
-            [
-                sys.executable,
-                "-m",
-                "sidecar",
-                "serve",
-                "--grpc-port",
-                str(self.options.grpc_port),
-                "--admin-port",
-                str(self.options.admin_port),
-                "--redis-url",
+        self.processes.append(
+            start_sidecar(
+                self.options.work_dir,
                 self.redis_url,
                 *self.options.sidecar_args,
-            ],
+                grpc_port=self.options.grpc_port,
+                admin_port=self.options.admin_port,
+            ).process
         )
-        sidecar.wait_ready(lambda: readiness.grpc_serving(self.sidecar_grpc))
 
     def _start_envoy(self) -> None:
         config = envoy_config.adapt(
@@ -230,3 +222,48 @@ def start_redis_server(work_dir: Path, port: int, *extra: str) -> ManagedProcess
         redis.stop()
         raise
     return redis
+
+
+@dataclass(frozen=True)
+class RunningSidecar:
+    process: ManagedProcess
+    grpc_address: str
+    admin_url: str
+
+
+def start_sidecar(
+    work_dir: Path,
+    redis_url: str,
+    *extra: str,
+    name: str = "sidecar",
+    grpc_port: int = 0,
+    admin_port: int = 0,
+) -> RunningSidecar:
+    """`qos-sidecar serve` (on free ports unless given), ready when it returns."""
+    grpc_port = grpc_port or free_port()
+    admin_port = admin_port or free_port()
+    address = f"127.0.0.1:{grpc_port}"
+    process = ManagedProcess(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--grpc-port",
+            str(grpc_port),
+            "--admin-port",
+            str(admin_port),
+            "--redis-url",
+            redis_url,
+            *extra,
+        ],
+        work_dir / f"{name}.log",
+    )
+    process.start()
+    try:
+        process.wait_ready(lambda: readiness.grpc_serving(address))
+    except BaseException:
+        process.stop()
+        raise
+    return RunningSidecar(process, address, f"http://127.0.0.1:{admin_port}")

@@ -11,8 +11,6 @@ import pytest
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import ExtProcClient, admitted
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -43,29 +41,13 @@ async def offer(address: str, until: float) -> tuple[int, int]:
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
-async def test_two_sidecars_admit_the_configured_rate_within_5_percent(
-    start_process, redis_url, aredis
-):
+async def test_two_sidecars_admit_the_configured_rate_within_5_percent(sidecars, aredis):
     store = ConfigStore(aredis)
     await store.save_config(
         QosConfig.from_partial({"fleet": {"capacity_tokens_per_second": CAPACITY}})
     )
     await store.put_tenant("shared", Tenant(tier=Tier.P1), "shared-key")
-    addresses = []
-    for name in ("sidecar-a", "sidecar-b"):
-        address = f"127.0.0.1:{free_port()}"
-        start_process(
-            name,
-            "serve",
-            "--grpc-port",
-            address.rsplit(":", 1)[1],
-            "--admin-port",
-            str(free_port()),
-            "--redis-url",
-            redis_url,
-            ready=lambda address=address: readiness.grpc_serving(address),
-        )
-        addresses.append(address)
+    addresses = [sidecars().grpc_address for _ in range(2)]
 
     started = time.monotonic()
     results = await asyncio.gather(*(offer(a, started + RUN_SECONDS) for a in addresses))

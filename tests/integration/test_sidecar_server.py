@@ -11,7 +11,6 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
 from tests.integration.helpers import scrape, wait_until
 from tests.unit.test_exchange import BODY, request_body, request_headers
 
@@ -19,21 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def sidecar(start_process):
-    grpc_port, admin_port = free_port(), free_port()
-    address = f"127.0.0.1:{grpc_port}"
-    process = start_process(
-        "sidecar",
-        "serve",
-        "--grpc-port",
-        str(grpc_port),
-        "--admin-port",
-        str(admin_port),
-        "--drain-seconds",
-        "20",
-        ready=lambda: readiness.grpc_serving(address),
-    )
-    return process, address, f"http://127.0.0.1:{admin_port}"
+def sidecar(sidecars):
+    running = sidecars("--drain-seconds", "20")
+    return running.process, running.grpc_address, running.admin_url
 
 
 def test_health_reports_the_ext_proc_service_and_admin_serves(sidecar):
