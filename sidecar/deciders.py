@@ -12,6 +12,8 @@ from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.openai_api.prompt import PromptCounter, TokenizerCounter, estimate_prompt_tokens
+from sidecar.overload.monitor import LoadMonitor
+from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import AdmitAll, Decider
 from sidecar.settings import SidecarSettings
 
@@ -25,7 +27,10 @@ def prompt_counter(settings: SidecarSettings) -> PromptCounter:
 
 
 def build_decider(
-    settings: SidecarSettings, client: redis.Redis, watcher: ConfigWatcher
+    settings: SidecarSettings,
+    client: redis.Redis,
+    watcher: ConfigWatcher,
+    monitor: LoadMonitor | None = None,
 ) -> Decider:
     if settings.decider == "admit-all":
         return AdmitAll()
@@ -35,5 +40,6 @@ def build_decider(
             identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
             limiter=RedisTokenBuckets(client),
             count_prompt=prompt_counter(settings),
+            shedding=(lambda: monitor.state) if monitor else SheddingState,
         )
     raise SystemExit(f"unknown decider {settings.decider!r}; known: {', '.join(DECIDERS)}")

@@ -14,10 +14,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import logs
 from sidecar.admin import admin_app
+from sidecar.config.store import Snapshot
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
+from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.metrics import SidecarMetrics
+from sidecar.overload.monitor import LoadCollector, LoadMonitor
+from sidecar.overload.reports import ReportStore
+from sidecar.overload.servicer import LoadReporterService
 from sidecar.settings import SidecarSettings
 
 Settings = SidecarSettings
@@ -25,6 +30,7 @@ Settings = SidecarSettings
 log = logging.getLogger(__name__)
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+LOAD_REPORTER_SERVICE = "qos.v1.LoadReporter"
 
 _GRPC_OPTIONS = [
     # Refuse to start on a port another process holds, instead of sharing it silently.
@@ -49,10 +55,19 @@ class SidecarServer:
         )
         self.watcher = ConfigWatcher(self.redis)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
+        reports = ReportStore(self.redis)
+        self.monitor = LoadMonitor(reports, self._snapshot)
+        self.metrics.registry.register(LoadCollector(self.monitor))
+        self._load_reporter = LoadReporterService(reports, self._snapshot)
+
+    def _snapshot(self) -> Snapshot:
+        return self.watcher.current  # the configuration in force, always the latest
 
     async def start(self) -> None:
         await self.watcher.start()
-        decider = build_decider(self.settings, self.redis, self.watcher)
+        await self.monitor.start()
+        decider = build_decider(self.settings, self.redis, self.watcher, self.monitor)
+        load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
             ExternalProcessor(decider, self.metrics), self._grpc
         )
@@ -62,7 +77,7 @@ class SidecarServer:
         self._admin = web.AppRunner(admin_app(self.metrics, lambda: self._ready))
         await self._admin.setup()
         await web.TCPSite(self._admin, self.settings.admin_host, self.settings.admin_port).start()
-        for service in ("", EXT_PROC_SERVICE):
+        for service in ("", EXT_PROC_SERVICE, LOAD_REPORTER_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready = True
         log.info(
@@ -82,6 +97,7 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        await self.monitor.stop()
         await self.watcher.stop()
         await self.redis.aclose()
         log.info("sidecar stopped")

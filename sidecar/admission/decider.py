@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
-from sidecar.config.schema import TierConfig
+from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import BucketSpec, Limiter, tenant_bucket_key, tier_bucket_key
 from sidecar.openai_api.prompt import PromptCounter
@@ -21,7 +21,8 @@ from sidecar.openai_api.request import (
     parse_completion_request,
 )
 from sidecar.openai_api.validate import validate
-from sidecar.policy.decision import Admit, Decision, RequestView
+from sidecar.overload.shedding import SheddingState, overload_refusal
+from sidecar.policy.decision import Admit, Decision, RequestView, Respond
 from sidecar.policy.fallbacks import ResponseShape
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
@@ -39,14 +40,24 @@ class AdmissionDecider:
         identity: IdentityResolver,
         limiter: Limiter,
         count_prompt: PromptCounter,
+        shedding: Callable[[], SheddingState] = SheddingState,
     ) -> None:
         self._snapshot = snapshot
         self._identity = identity
         self._limiter = limiter
         self._count_prompt = count_prompt
+        self._shedding = shedding
 
     async def decide(self, request: RequestView) -> Decision:
-        snapshot: Snapshot = self._snapshot()
+        snapshot = self._snapshot()
+        decision = await self._decide(request, snapshot)
+        if isinstance(decision, Respond) and snapshot.mode.mode is Mode.SHADOW:
+            # Shadow: the decision is made and counted, the request goes through untouched.
+            tier = Tier(decision.tier) if decision.tier else snapshot.config.identity.default_tier
+            return _tagged(request, tier.value, "shadow", None, f"shadow_{decision.reason}")
+        return decision
+
+    async def _decide(self, request: RequestView, snapshot: Snapshot) -> Decision:
         shape: ResponseShape | None = None
         tier_config: TierConfig | None = None
         identity: Identity | None = None
@@ -85,6 +96,9 @@ class AdmissionDecider:
         tier_config = snapshot.config.tiers[tier]
         prompt_tokens = self._count_prompt(completion.body)
         guarded = apply_guards(completion, tier_config, tier.value, prompt_tokens)
+        overload = overload_refusal(tier, snapshot, self._shedding())
+        if overload is not None:  # decided without Redis
+            raise Refusal(overload, f"Tier {tier.value} is shed: {overload.value}.")
         cost = prompt_tokens * tier_config.weight
         buckets = self._buckets(snapshot, identity)
         try:
@@ -143,25 +157,23 @@ class AdmissionDecider:
         body: dict[str, Any] | None = None,
         reason: str = "admitted",
     ) -> Admit:
-        tags = {"x-qos-tier": identity.tier.value, "x-qos-tenant": identity.tenant_label}
-        # Internal headers a client sent are never trusted and never forwarded.
-        spoofed = tuple(
-            name
-            for name in request.headers
-            if name.startswith(INTERNAL_PREFIX) and name not in tags
-        )
-        replacement = (
-            None
-            if body is None
-            else json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        )
-        return Admit(
-            set_headers=tags,
-            remove_headers=spoofed,
-            replace_body=replacement,
-            reason=reason,
-            tier=identity.tier.value,
-        )
+        return _tagged(request, identity.tier.value, identity.tenant_label, body, reason)
+
+
+def _tagged(
+    request: RequestView, tier: str, tenant: str, body: dict[str, Any] | None, reason: str
+) -> Admit:
+    """Admit with the sidecar's tags; internal headers a client sent never go upstream."""
+    tags = {"x-qos-tier": tier, "x-qos-tenant": tenant}
+    spoofed = tuple(
+        name for name in request.headers if name.startswith(INTERNAL_PREFIX) and name not in tags
+    )
+    replacement = None
+    if body is not None:
+        replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return Admit(
+        set_headers=tags, remove_headers=spoofed, replace_body=replacement, reason=reason, tier=tier
+    )
 
 
 def _parse(endpoint: Endpoint, body: bytes | None) -> CompletionRequest:

@@ -21,6 +21,8 @@ from pydantic import (
 
 __all__ = [
     "FallbackKind",
+    "Mode",
+    "OperatorMode",
     "QosConfig",
     "Tenant",
     "Tier",
@@ -47,6 +49,7 @@ class _Strict(BaseModel):
 
 Positive = Annotated[float, Field(gt=0)]
 Share = Annotated[float, Field(gt=0, le=1)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
 
 DEFAULT_MESSAGE = (
     "We are serving many users right now. Your place is kept: please retry in {retry_after} s."
@@ -62,6 +65,10 @@ class TierConfig(_Strict):
     # Whether an exhausted budget sheds this tier. P0 is never shed for budget: it is
     # admitted over budget and counted (the concurrency guard still bounds it).
     sheddable: bool = True
+    # Overload: shed the tier while the cluster's free KV-cache ratio is below this...
+    shed_below_free_kv: Fraction | None = None
+    # ...or while requests in flight exceed this fraction of fleet.max_concurrency.
+    shed_above_inflight: Fraction | None = None
     fallback: FallbackKind = FallbackKind.COMPLETION
     fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
     retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
@@ -85,8 +92,8 @@ class TiersConfig(_Strict):
     p0: TierConfig = TierConfig(
         share=0.60, max_tokens_cap=512, max_prompt_tokens=4096, sheddable=False
     )
-    p1: TierConfig = TierConfig(share=0.35)
-    p2: TierConfig = TierConfig(share=0.05)
+    p1: TierConfig = TierConfig(share=0.35, shed_below_free_kv=0.08)
+    p2: TierConfig = TierConfig(share=0.05, shed_below_free_kv=0.15, shed_above_inflight=0.80)
 
     def __getitem__(self, tier: Tier) -> TierConfig:
         return getattr(self, tier.value)
@@ -129,10 +136,21 @@ class IdentityConfig(_Strict):
         return self
 
 
+class OverloadConfig(_Strict):
+    # How long a pod's load report counts; a pod silent for longer is left out.
+    report_ttl_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # A shed tier comes back only once the signal is this far past its threshold
+    # (free KV ratio, or in-flight fraction), so decisions do not flap at the line.
+    hysteresis: Annotated[float, Field(ge=0, le=0.5)] = 0.02
+    # With no fresh report from any pod the load is unknown: these tiers are shed.
+    shed_without_reports: tuple[Tier, ...] = (Tier.P2,)
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
     tiers: TiersConfig = TiersConfig()
+    overload: OverloadConfig = OverloadConfig()
 
     @classmethod
     def from_partial(cls, data: dict[str, Any]) -> QosConfig:
@@ -173,3 +191,15 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+class Mode(enum.StrEnum):
+    NORMAL = "normal"
+    CORE_ONLY = "core-only"  # the brief's "protect transactions only": P0 alone admitted
+    SHADOW = "shadow"  # every decision computed and counted, nothing refused
+
+
+class OperatorMode(_Strict):
+    mode: Mode = Mode.NORMAL
+    # Tiers an operator sheds outright, whatever the load.
+    force_shed: frozenset[Tier] = frozenset()

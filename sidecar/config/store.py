@@ -6,6 +6,7 @@ announced on a channel; sidecars reload on the announcement and also poll the ve
 so a missed message is caught within the poll interval.
 
     qos:{qos-config}:doc             the QosConfig document, JSON
+    qos:{qos-config}:mode            the OperatorMode, JSON
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
@@ -21,10 +22,11 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from sidecar.config.schema import QosConfig, Tenant
+from sidecar.config.schema import OperatorMode, QosConfig, Tenant
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
+MODE_KEY = f"{_PREFIX}:mode"
 VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
@@ -48,6 +50,7 @@ class Snapshot:
     version: int
     config: QosConfig = field(default_factory=QosConfig)
     tenants: dict[str, Tenant] = field(default_factory=dict)
+    mode: OperatorMode = field(default_factory=OperatorMode)
 
 
 class ConfigStore:
@@ -59,19 +62,23 @@ class ConfigStore:
 
     async def load(self) -> Snapshot:
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY)
-            version, doc, tenants = await pipe.execute()
+            pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY).get(MODE_KEY)
+            version, doc, tenants, mode = await pipe.execute()
         try:
             config = QosConfig.model_validate_json(doc) if doc else QosConfig()
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
             }
+            operator_mode = OperatorMode.model_validate_json(mode) if mode else OperatorMode()
         except ValueError as error:
             raise ConfigInvalid(f"the configuration in Redis is invalid: {error}") from error
-        return Snapshot(int(version or 0), config, parsed)
+        return Snapshot(int(version or 0), config, parsed, operator_mode)
 
     async def save_config(self, config: QosConfig) -> int:
         return await self._change(lambda pipe: pipe.set(DOC_KEY, config.model_dump_json()))
+
+    async def save_mode(self, mode: OperatorMode) -> int:
+        return await self._change(lambda pipe: pipe.set(MODE_KEY, mode.model_dump_json()))
 
     async def seed_defaults(self) -> bool:
         """Write the default document if Redis has none; True if it was written."""

@@ -193,7 +193,8 @@ class MockVllm:
 
 async def run(settings: Settings) -> None:
     mock = MockVllm(settings)
-    runner = web.AppRunner(mock.app())
+    # Like vLLM, abort a request whose client went away, streaming or not.
+    runner = web.AppRunner(mock.app(), handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     log.info("mock vLLM serving", extra={"port": settings.port, "model": settings.model})

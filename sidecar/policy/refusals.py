@@ -12,6 +12,12 @@ class Reason(enum.StrEnum):
     COST_EXCEEDS_BURST = "cost_exceeds_burst"
     TENANT_RATE_LIMITED = "tenant_rate_limited"
     SHED_TIER_BUDGET = "shed_tier_budget"
+    SHED_KV_WATERMARK = "shed_kv_watermark"
+    SHED_INFLIGHT = "shed_inflight"
+    SHED_CONCURRENCY = "shed_concurrency"
+    SHED_NO_REPORTS = "shed_no_reports"
+    SHED_CORE_ONLY = "shed_core_only"
+    SHED_FORCED = "shed_forced"
 
     @property
     def is_shed(self) -> bool:

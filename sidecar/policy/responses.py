@@ -16,8 +16,9 @@ _ERRORS = {
     Reason.PROMPT_TOO_LONG: (400, "invalid_request_error", "prompt_too_long"),
     Reason.COST_EXCEEDS_BURST: (400, "invalid_request_error", "cost_exceeds_burst"),
     Reason.TENANT_RATE_LIMITED: (429, "rate_limit_exceeded", "rate_limit_exceeded"),
-    Reason.SHED_TIER_BUDGET: (429, "rate_limit_exceeded", "load_shedding"),
 }
+# Every shed, whatever its cause, answers alike: the tier's fallback, or this error.
+_SHED_ERROR = (429, "rate_limit_exceeded", "load_shedding")
 
 
 def respond(
@@ -40,7 +41,7 @@ def respond(
         message = refusal.message
         if refusal.retry_after is not None:
             headers["retry-after"] = str(max(1, math.ceil(refusal.retry_after)))
-    status, error_type, code = _ERRORS[refusal.reason]
+    status, error_type, code = _SHED_ERROR if refusal.reason.is_shed else _ERRORS[refusal.reason]
     if refusal.reason is Reason.UNAUTHENTICATED:
         headers["www-authenticate"] = "Bearer"
     headers["content-type"] = "application/json"

@@ -35,6 +35,7 @@ class StackOptions:
     sidecar_args: tuple[str, ...] = ()
     envoy_config: Path = envoy_config.LOCAL_CONFIG
     envoy_concurrency: int = 0  # 0: Envoy's default, a worker per core
+    report_interval: float = 0.1
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -100,6 +101,7 @@ class Stack:
             self._start_redis()
             self._start_mocks()
             self._start_sidecar()
+            self._start_reporters()
             self._start_envoy()
         except BaseException:
             self.stop()
@@ -163,6 +165,31 @@ class Stack:
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
             ).process
+        )
+
+    def _start_reporters(self) -> None:
+        """A `qos-sidecar report` beside each mock, as beside each vLLM pod."""
+        for index, url in enumerate(self.mock_urls, start=1):
+            self._launch(
+                f"reporter-{index}",
+                [
+                    sys.executable,
+                    "-m",
+                    "sidecar",
+                    "report",
+                    "--vllm-url",
+                    url,
+                    "--sidecar",
+                    self.sidecar_grpc,
+                    "--pod-id",
+                    f"mock-vllm-{index}",
+                    "--interval",
+                    str(self.options.report_interval),
+                ],
+            )
+        # Ready when the sidecar sees every pod: until then P2 would be shed as unknown load.
+        self.process("sidecar").wait_ready(
+            lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.mock_urls)
         )
 
     def _start_envoy(self) -> None:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def sidecar(sidecars):
-    running = sidecars("--drain-seconds", "20")
+    running = sidecars("--drain-seconds", "20", "--decider", "admit-all")
     return running.process, running.grpc_address, running.admin_url
 
 

@@ -80,7 +80,7 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
         assert "qos-sidecar stack is up" in output, output
         assert "finish_reason=length" in output  # the demo's answer
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
-        assert len(pids) == 5 and all(alive(p) for p in pids)
+        assert len(pids) == 7 and all(alive(p) for p in pids)
 
         request = urllib.request.Request(
             f"http://127.0.0.1:{listen}/v1/chat/completions",

@@ -1,0 +1,140 @@
+"""Keeps the cluster load and the overload shedding state current, in the background.
+
+Every `interval` (100 ms) it reads the fresh pod reports from Redis in one round trip,
+aggregates them and updates the shedding state; requests only read that state. If Redis
+cannot be read, the last view is kept until it is older than the reports' TTL, then the
+load counts as unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import redis.asyncio as redis
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sidecar.config.schema import Tier
+from sidecar.config.store import Snapshot
+from sidecar.overload.load import aggregate
+from sidecar.overload.reports import ReportStore
+from sidecar.overload.shedding import SheddingState
+
+log = logging.getLogger(__name__)
+
+
+class LoadMonitor:
+    def __init__(
+        self,
+        store: ReportStore,
+        snapshot: Callable[[], Snapshot],
+        interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._snapshot = snapshot
+        self._interval = interval
+        self._clock = clock
+        self.state = SheddingState()
+        self._read_at = clock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        with contextlib.suppress(redis.RedisError):
+            await self.refresh()
+        self._task = asyncio.create_task(self._run(), name="load-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def refresh(self) -> None:
+        config = self._snapshot().config
+        try:
+            pods = await self._store.fresh()
+        except redis.RedisError:
+            if self._clock() - self._read_at < config.overload.report_ttl_seconds:
+                raise
+            pods = []  # the last view is as stale as a missing report
+        else:
+            self._read_at = self._clock()
+        before = dict(self.state.shedding)
+        self.state.update(aggregate(pods), config)
+        if self.state.shedding != before:
+            log.info(
+                "overload shedding changed",
+                extra={
+                    "shedding": {
+                        t.value: (r.value if r else None) for t, r in self.state.shedding.items()
+                    },
+                    "free_kv_ratio": self.state.load.free_kv_ratio,
+                    "in_flight": self.state.load.in_flight,
+                    "pods": len(self.state.load.pods),
+                },
+            )
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.refresh()
+            except redis.RedisError as error:
+                log.debug("pod reports not read: %s", error)
+
+
+class LoadCollector(Collector):
+    """Exposes the monitor's view at scrape time (per-pod series come and go with pods)."""
+
+    def __init__(self, monitor: LoadMonitor) -> None:
+        self._monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._monitor.state
+        load = state.load
+        yield GaugeMetricFamily(
+            "qos_pods_reporting", "Pods with a fresh load report.", value=len(load.pods)
+        )
+        yield GaugeMetricFamily(
+            "qos_load_unknown",
+            "1 when no pod has a fresh load report.",
+            value=0 if load.known else 1,
+        )
+        if load.free_kv_ratio is not None:
+            yield GaugeMetricFamily(
+                "qos_cluster_free_kv_ratio",
+                "Capacity-weighted free KV-cache ratio of reporting pods.",
+                value=load.free_kv_ratio,
+            )
+        yield GaugeMetricFamily(
+            "qos_cluster_requests_in_flight",
+            "Requests running or waiting in the reporting pods' engines.",
+            value=load.in_flight,
+        )
+        age = GaugeMetricFamily(
+            "qos_pod_report_age_seconds", "Age of each pod's latest load report.", labels=["pod"]
+        )
+        usage = GaugeMetricFamily(
+            "qos_pod_kv_cache_usage_ratio", "KV-cache usage each pod reported.", labels=["pod"]
+        )
+        for pod in load.pods:
+            age.add_metric([pod.pod_id], pod.age_seconds)
+            usage.add_metric([pod.pod_id], pod.kv_cache_usage)
+        yield age
+        yield usage
+        shedding = GaugeMetricFamily(
+            "qos_overload_shedding",
+            "1 while an overload rule sheds the tier.",
+            labels=["tier", "rule"],
+        )
+        for tier in Tier:
+            reason = state.shedding[tier]
+            shedding.add_metric(
+                [tier.value, reason.value if reason else "none"], 1 if reason else 0
+            )
+        yield shedding

@@ -1,0 +1,72 @@
+"""Which tiers to shed for overload, with hysteresis. Pure: no I/O.
+
+`SheddingState.update` runs each time the cluster load is refreshed (every ~100 ms), not
+per request; a request only reads the result. A tier starts shedding when a signal
+crosses its threshold and stops only once the signal is `hysteresis` back past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sidecar.config.schema import Mode, QosConfig, Tier
+from sidecar.config.store import Snapshot
+from sidecar.overload.load import ClusterLoad
+from sidecar.policy.refusals import Reason
+
+
+def _gate(active: bool, value: float, threshold: float, hysteresis: float, above: bool) -> bool:
+    """Shed while `value` is past `threshold` (above or below it), with hysteresis."""
+    if above:
+        return value > threshold - (hysteresis if active else 0.0)
+    return value < threshold + (hysteresis if active else 0.0)
+
+
+@dataclass
+class SheddingState:
+    """Per tier: the overload rule now shedding it, if any."""
+
+    shedding: dict[Tier, Reason | None] = field(default_factory=lambda: dict.fromkeys(Tier))
+    load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
+
+    def update(self, load: ClusterLoad, config: QosConfig) -> None:
+        self.load = load
+        for tier in Tier:
+            self.shedding[tier] = self._rule(tier, load, config, self.shedding[tier])
+
+    @staticmethod
+    def _rule(
+        tier: Tier, load: ClusterLoad, config: QosConfig, was: Reason | None
+    ) -> Reason | None:
+        tier_config = config.tiers[tier]
+        hysteresis = config.overload.hysteresis
+        if not load.known:
+            return Reason.SHED_NO_REPORTS if tier in config.overload.shed_without_reports else None
+        in_flight = load.in_flight / config.fleet.max_concurrency
+        if in_flight >= 1.0:
+            return Reason.SHED_CONCURRENCY  # the hard maximum binds every tier, P0 too
+        threshold = tier_config.shed_below_free_kv
+        if (
+            threshold is not None
+            and load.free_kv_ratio is not None
+            and _gate(
+                was is Reason.SHED_KV_WATERMARK, load.free_kv_ratio, threshold, hysteresis, False
+            )
+        ):
+            return Reason.SHED_KV_WATERMARK
+        threshold = tier_config.shed_above_inflight
+        if threshold is not None and _gate(
+            was is Reason.SHED_INFLIGHT, in_flight, threshold, hysteresis, True
+        ):
+            return Reason.SHED_INFLIGHT
+        return None
+
+
+def overload_refusal(tier: Tier, snapshot: Snapshot, state: SheddingState) -> Reason | None:
+    """Why `tier` is shed before any budget is asked for, or None to go on."""
+    mode = snapshot.mode
+    if mode.mode is Mode.CORE_ONLY and tier is not Tier.P0:
+        return Reason.SHED_CORE_ONLY
+    if tier in mode.force_shed:
+        return Reason.SHED_FORCED
+    return state.shedding[tier]

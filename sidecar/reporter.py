@@ -1,0 +1,142 @@
+"""`qos-sidecar report`: scrapes one vLLM's /metrics and pushes its load to the sidecars.
+
+It runs beside a vLLM pod, so pods need no Redis credentials. It never exits on a
+failure: while vLLM restarts it reports nothing (the pod goes stale and stops counting),
+while the sidecar is unreachable it keeps scraping and retries on the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import aiohttp
+import grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar import logs
+from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.options import setting
+
+log = logging.getLogger(__name__)
+
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+
+@dataclass(frozen=True)
+class Settings:
+    vllm_url: str = setting("http://127.0.0.1:8000", "QOS_VLLM_URL", "the vLLM to watch")
+    sidecar: str = setting("127.0.0.1:50051", "QOS_SIDECAR_ADDRESS", "sidecar gRPC address")
+    pod_id: str = setting("", "POD_NAME", "this pod's id (default: host name and vLLM port)")
+    interval: float = setting(0.2, "QOS_REPORT_INTERVAL", "seconds between reports")
+    log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
+
+    def resolved_pod_id(self) -> str:
+        if self.pod_id:
+            return self.pod_id
+        port = urlsplit(self.vllm_url).port or 80
+        return f"{socket.gethostname()}:{port}"
+
+
+class MetricsUnreadable(ValueError):
+    """The text has none of vLLM's KV-cache metrics."""
+
+
+def parse_vllm_metrics(text: str, pod_id: str) -> load_report_pb2.LoadReport:
+    """A load report from vLLM's Prometheus text (summed over engines and models)."""
+    usage: dict[str, list[float]] = {name: [] for name in KV_USAGE}
+    running = waiting = blocks = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in usage:
+                usage[sample.name].append(sample.value)
+            elif sample.name == RUNNING:
+                running += sample.value
+            elif sample.name == WAITING:
+                waiting += sample.value
+            elif sample.name == CACHE_CONFIG:
+                blocks += float(sample.labels.get("num_gpu_blocks") or 0)
+    values = next((usage[name] for name in KV_USAGE if usage[name]), None)
+    if values is None:
+        raise MetricsUnreadable(f"no {' or '.join(KV_USAGE)} in the metrics")
+    return load_report_pb2.LoadReport(
+        pod_id=pod_id,
+        kv_cache_usage=min(max(sum(values) / len(values), 0.0), 1.0),
+        kv_blocks_total=int(blocks),
+        num_requests_running=int(running),
+        num_requests_waiting=int(waiting),
+        observed_unix_ms=int(time.time() * 1000),
+    )
+
+
+class Reporter:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pod_id = settings.resolved_pod_id()
+        self._failing: str | None = None  # what is failing now, so each outage logs once
+        self.reports_sent = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.settings.interval * 4))
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            grpc.aio.insecure_channel(self.settings.sidecar) as channel,
+        ):
+            stub = load_report_pb2_grpc.LoadReporterStub(channel)
+            while not stop.is_set():
+                started = time.monotonic()
+                await self.tick(http, stub)
+                wait = self.settings.interval - (time.monotonic() - started)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.0))
+
+    async def tick(self, http: aiohttp.ClientSession, stub) -> None:
+        try:
+            async with http.get(f"{self.settings.vllm_url}/metrics") as response:
+                response.raise_for_status()
+                text = await response.text()
+            report = parse_vllm_metrics(text, self.pod_id)
+        except (aiohttp.ClientError, TimeoutError, MetricsUnreadable) as error:
+            self._trouble("vllm", f"cannot read {self.settings.vllm_url}/metrics: {error}")
+            return
+        try:
+            await stub.Report(report, timeout=max(1.0, self.settings.interval * 4))
+        except grpc.aio.AioRpcError as error:
+            self._trouble("sidecar", f"sidecar {self.settings.sidecar}: {error.code().name}")
+            return
+        self.reports_sent += 1
+        if self._failing is not None:
+            log.info("reporting again", extra={"pod": self.pod_id, "after": self._failing})
+            self._failing = None
+
+    def _trouble(self, what: str, message: str) -> None:
+        if self._failing != what:
+            log.warning(message, extra={"pod": self.pod_id})
+            self._failing = what
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level, "reporter")
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        reporter = Reporter(settings)
+        log.info(
+            "reporting",
+            extra={"pod": reporter.pod_id, "vllm": settings.vllm_url, "sidecar": settings.sidecar},
+        )
+        await reporter.run(stop)
+
+    asyncio.run(go())
+    return 0
