@@ -86,9 +86,9 @@ def _print_endpoints(stack: Stack) -> None:
         ("sidecar admin", stack.sidecar_admin_url, None),
         ("Redis", stack.redis_url, stack.redis_process_name),
     ]
-    rows += [
-        (f"mock vLLM {i}", url, f"mock-vllm-{i}") for i, url in enumerate(stack.mock_urls, start=1)
-    ]
+    for i, url in enumerate(stack.mock_urls, start=1):
+        rows.append((f"mock vLLM {i}", url, f"mock-vllm-{i}"))
+        rows.append(("  its reporter", f"-> {stack.sidecar_grpc}", f"reporter-{i}"))
     print("qos-sidecar stack is up:")
     for label, where, process in rows:
         pid = f"pid {stack.process(process).pid}" if process else ""
