@@ -9,11 +9,13 @@ import redis
 
 from sidecar.admission.decider import AdmissionDecider
 from sidecar.admission.identity import IdentityResolver
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict
 from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import Admit, RequestView, Respond
+from sidecar.policy.refusals import Reason
 
 KEYS = {hash_api_key("k-p2"): "bulk", hash_api_key("k-p0"): "pay", hash_api_key("k-cap"): "capped"}
 TENANTS = {
@@ -143,3 +145,50 @@ async def test_redis_failure_admits_rather_than_refusing_everyone():
     broken = FakeLimiter(redis.ConnectionError("down"))
     decision = await decider(broken).decide(chat())
     assert isinstance(decision, Admit) and decision.reason == "limiter_unavailable"
+
+
+class Shedding:
+    """A shedding state whose rules shed the given tiers."""
+
+    def __init__(self, **shed: Reason) -> None:
+        self.state = SheddingState()
+        for tier, reason in shed.items():
+            self.state.shedding[Tier(tier)] = reason
+
+    def __call__(self):
+        return self.state
+
+
+def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDecider:
+    snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS, mode or OperatorMode())
+    return AdmissionDecider(
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens, shedding
+    )
+
+
+@pytest.mark.asyncio
+async def test_an_overload_shed_answers_without_asking_redis():
+    limiter = FakeLimiter()
+    shed = decider_with(limiter, Shedding(p2=Reason.SHED_KV_WATERMARK))
+    answer = await shed.decide(chat("k-p2"))
+    assert isinstance(answer, Respond)
+    assert (answer.status, answer.reason) == (200, "shed_kv_watermark")
+    assert answer.headers["retry-after"] == "15"
+    assert limiter.calls == []
+    assert isinstance(await shed.decide(chat("k-p0")), Admit)
+    assert len(limiter.calls) == 1
+
+
+@pytest.mark.asyncio
+async def test_shadow_mode_admits_untouched_and_names_what_it_would_have_done():
+    limiter = FakeLimiter()
+    shadow = decider_with(
+        limiter, Shedding(p2=Reason.SHED_KV_WATERMARK), OperatorMode(mode=Mode.SHADOW)
+    )
+    answer = await shadow.decide(chat("k-p2", extra_headers={"x-qos-tier": "p0"}))
+    assert isinstance(answer, Admit)
+    assert answer.reason == "shadow_shed_kv_watermark" and answer.tier == "p2"
+    assert answer.set_headers["x-qos-tier"] == "p2"
+    assert answer.replace_body is None
+    bad = await shadow.decide(RequestView("POST", "/v1/chat/completions", {}, b"{"))
+    assert isinstance(bad, Admit) and bad.reason == "shadow_invalid_request"

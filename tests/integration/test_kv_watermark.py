@@ -1,0 +1,118 @@
+"""Overload shedding end to end: a mock GPU fills up, its reporter tells the sidecar, and
+Envoy's clients see P2 shed below 15 % free KV, P1 below 8 %, P0 never; then the load
+falls and the tiers come back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+import pytest
+
+from sidecar.stack.stack import Stack, StackOptions
+from tests.integration.helpers import StackConfig, scrape, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+BLOCK = 16
+KV_BLOCKS = 625  # 10 000 tokens
+KEYS = {"p0": "kv-p0", "p1": "kv-p1", "p2": "kv-p2"}
+
+
+@pytest.fixture(scope="module")
+def kv_stack(tmp_path_factory):
+    """One slow mock GPU (a decode step every 2 s: the KV in use barely grows) and its
+    reporter, the sidecar, Envoy."""
+    options = StackOptions.on_free_ports(
+        tmp_path_factory.mktemp("kv-stack"),
+        replicas=1,
+        envoy_concurrency=1,
+        mock_args=("--kv-cache-tokens", str(KV_BLOCKS * BLOCK), "--decode-step-ms", "2000"),
+    )
+    with Stack(options) as stack:
+        config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+        for tier, key in KEYS.items():
+            config.tenant(f"tenant-{tier}", tier, key)
+        config.set({"tiers": {"p0": {"max_prompt_tokens": None}}})
+        yield stack
+
+
+def filling(blocks: int) -> dict:
+    """A P0 request whose prompt takes exactly `blocks` KV blocks once prefilled."""
+    chars = 4 * (BLOCK * blocks - 1 - 4)  # the mock counts chars/4 + 4 per message
+    return {
+        "messages": [{"role": "user", "content": "x" * chars}],
+        "max_tokens": 512,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+
+async def hold(session, url, body) -> None:
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS['p0']}"}
+    ) as response:
+        assert response.status == 200
+        async for _ in response.content:
+            pass
+
+
+async def probe(session, url, tier) -> str:
+    """What Envoy's client sees for a one-token request of `tier`: admit or the shed reason."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEYS[tier]}"}
+    ) as response:
+        assert response.status == 200
+        answer = await response.json()
+        if "x-mock-saw-x-qos-tier" in response.headers:
+            return "admit"
+        assert answer["choices"][0]["finish_reason"] == "load_shedding_fallback"
+        return response.headers["x-qos-decision"]
+
+
+def shedding(stack, tier) -> bool:
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return samples.get(f'qos_overload_shedding{{rule="shed_kv_watermark",tier="{tier}"}}') == 1
+
+
+def free_kv(stack) -> float:
+    return scrape(f"{stack.sidecar_admin_url}/metrics").get("qos_cluster_free_kv_ratio{}", -1)
+
+
+async def test_tiers_are_shed_as_kv_fills_and_come_back_as_it_drains(kv_stack):
+    url = kv_stack.envoy_url
+    async with aiohttp.ClientSession() as session:
+        assert [await probe(session, url, t) for t in KEYS] == ["admit"] * 3
+        fillers = [asyncio.create_task(hold(session, url, filling(553)))]
+        try:
+            # 553 (then 554) of 625 blocks: about 11.5 % free.
+            await wait_until(lambda: shedding(kv_stack, "p2"), what="P2 shed")
+            assert 0.08 < free_kv(kv_stack) < 0.15
+            assert [await probe(session, url, t) for t in KEYS] == [
+                "admit",
+                "admit",
+                "shed_kv_watermark",
+            ]
+
+            fillers.append(asyncio.create_task(hold(session, url, filling(43))))
+            # 597 of 625 blocks: about 4.5 % free.
+            await wait_until(lambda: shedding(kv_stack, "p1"), what="P1 shed")
+            assert free_kv(kv_stack) < 0.08
+            assert [await probe(session, url, t) for t in KEYS] == [
+                "admit",
+                "shed_kv_watermark",
+                "shed_kv_watermark",
+            ]
+        finally:
+            for filler in fillers:
+                filler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await filler
+        # The clients left: the engine frees their blocks, the reports say so.
+        await wait_until(
+            lambda: not shedding(kv_stack, "p1") and not shedding(kv_stack, "p2"), what="tiers back"
+        )
+        assert free_kv(kv_stack) > 0.17
+        assert [await probe(session, url, t) for t in KEYS] == ["admit"] * 3

@@ -1,0 +1,111 @@
+"""Cluster load, shedding rules and hysteresis, operator modes: pure, no servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tier
+from sidecar.config.store import Snapshot
+from sidecar.overload.load import PodLoad, aggregate
+from sidecar.overload.shedding import SheddingState, overload_refusal
+from sidecar.policy.refusals import Reason
+
+CONFIG = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
+
+
+def pod(name, usage, blocks=1000, running=0, waiting=0) -> PodLoad:
+    return PodLoad(name, usage, blocks, running, waiting)
+
+
+def test_free_kv_is_weighted_by_each_pods_capacity():
+    load = aggregate([pod("big", 0.9, blocks=3000), pod("small", 0.1, blocks=1000)])
+    assert load.free_kv_ratio == pytest.approx((3000 * 0.1 + 1000 * 0.9) / 4000)
+    assert [p.pod_id for p in load.pods] == ["big", "small"]
+
+
+def test_pods_without_a_block_count_weigh_as_the_median_pod():
+    load = aggregate([pod("a", 0.5, 1000), pod("b", 0.5, 3000), pod("c", 1.0, 0)])
+    assert load.free_kv_ratio == pytest.approx((500 + 1500 + 0) / (1000 + 3000 + 2000))
+    alike = aggregate([pod("a", 0.2, 0), pod("b", 0.6, 0)])
+    assert alike.free_kv_ratio == pytest.approx(0.6)
+
+
+def test_in_flight_counts_running_and_waiting_and_no_pods_means_unknown():
+    load = aggregate([pod("a", 0.1, running=5, waiting=2), pod("b", 0.1, running=3)])
+    assert load.in_flight == 10 and load.known
+    nothing = aggregate([])
+    assert not nothing.known and nothing.free_kv_ratio is None
+
+
+def shedding_at(state: SheddingState, free: float, in_flight: int = 0, config=CONFIG):
+    state.update(aggregate([pod("a", 1 - free, running=in_flight)]), config)
+    return {tier: state.shedding[tier] for tier in Tier}
+
+
+def test_kv_thresholds_shed_p2_below_15_and_p1_below_8_never_p0():
+    state = SheddingState()
+    assert shedding_at(state, 0.50) == {Tier.P0: None, Tier.P1: None, Tier.P2: None}
+    assert shedding_at(state, 0.12) == {
+        Tier.P0: None,
+        Tier.P1: None,
+        Tier.P2: Reason.SHED_KV_WATERMARK,
+    }
+    assert shedding_at(state, 0.05) == {
+        Tier.P0: None,
+        Tier.P1: Reason.SHED_KV_WATERMARK,
+        Tier.P2: Reason.SHED_KV_WATERMARK,
+    }
+    assert shedding_at(state, 0.0)[Tier.P0] is None
+
+
+def test_a_shed_tier_returns_only_past_the_hysteresis_margin():
+    state = SheddingState()
+    assert shedding_at(state, 0.149)[Tier.P2] is Reason.SHED_KV_WATERMARK
+    assert shedding_at(state, 0.16)[Tier.P2] is Reason.SHED_KV_WATERMARK  # inside 15 %+2
+    assert shedding_at(state, 0.169)[Tier.P2] is Reason.SHED_KV_WATERMARK
+    assert shedding_at(state, 0.171)[Tier.P2] is None
+    assert shedding_at(state, 0.16)[Tier.P2] is None  # not shedding: 16 % is fine again
+
+
+def test_hysteresis_holds_around_the_in_flight_limit_too():
+    state = SheddingState()
+    assert shedding_at(state, 0.9, in_flight=81)[Tier.P2] is Reason.SHED_INFLIGHT
+    assert shedding_at(state, 0.9, in_flight=79)[Tier.P2] is Reason.SHED_INFLIGHT
+    assert shedding_at(state, 0.9, in_flight=77)[Tier.P2] is None
+    assert shedding_at(state, 0.9, in_flight=80)[Tier.P2] is None  # not above 80 %
+
+
+def test_the_hard_maximum_binds_every_tier():
+    state = SheddingState()
+    assert set(shedding_at(state, 0.9, in_flight=100).values()) == {Reason.SHED_CONCURRENCY}
+    assert shedding_at(state, 0.9, in_flight=99)[Tier.P0] is None
+
+
+def test_without_reports_the_configured_tiers_are_shed():
+    state = SheddingState()
+    state.update(aggregate([]), CONFIG)
+    assert state.shedding == {Tier.P0: None, Tier.P1: None, Tier.P2: Reason.SHED_NO_REPORTS}
+    strict = QosConfig.from_partial({"overload": {"shed_without_reports": ["p1", "p2"]}})
+    state.update(aggregate([]), strict)
+    assert state.shedding[Tier.P1] is Reason.SHED_NO_REPORTS
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (OperatorMode(), {Tier.P0: None, Tier.P1: None, Tier.P2: None}),
+        (
+            OperatorMode(mode=Mode.CORE_ONLY),
+            {Tier.P0: None, Tier.P1: Reason.SHED_CORE_ONLY, Tier.P2: Reason.SHED_CORE_ONLY},
+        ),
+        (
+            OperatorMode(force_shed=frozenset({Tier.P1})),
+            {Tier.P0: None, Tier.P1: Reason.SHED_FORCED, Tier.P2: None},
+        ),
+    ],
+)
+def test_operator_modes(mode, expected):
+    state = SheddingState()
+    shedding_at(state, 0.9)
+    snapshot = Snapshot(1, CONFIG, {}, mode)
+    assert {tier: overload_refusal(tier, snapshot, state) for tier in Tier} == expected
