@@ -15,6 +15,7 @@ from sidecar.openai_api.prompt import PromptCounter, TokenizerCounter, estimate_
 from sidecar.overload.monitor import LoadMonitor
 from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import AdmitAll, Decider
+from sidecar.queueing.queue import AdmissionQueue
 from sidecar.settings import SidecarSettings
 
 DECIDERS = ("admission", "admit-all")
@@ -31,6 +32,7 @@ def build_decider(
     client: redis.Redis,
     watcher: ConfigWatcher,
     monitor: LoadMonitor | None = None,
+    queue: AdmissionQueue | None = None,
 ) -> Decider:
     if settings.decider == "admit-all":
         return AdmitAll()
@@ -41,5 +43,6 @@ def build_decider(
             limiter=RedisTokenBuckets(client),
             count_prompt=prompt_counter(settings),
             shedding=(lambda: monitor.state) if monitor else SheddingState,
+            queue=queue,
         )
     raise SystemExit(f"unknown decider {settings.decider!r}; known: {', '.join(DECIDERS)}")

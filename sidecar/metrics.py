@@ -30,6 +30,19 @@ class SidecarMetrics:
             "Version of the QoS configuration this sidecar has in force.",
             registry=self.registry,
         )
+        self.queue_wait_seconds = Histogram(
+            "qos_queue_wait_seconds",
+            "Time admitted requests waited in the admission queue for a slot.",
+            ["tier"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25),
+            registry=self.registry,
+        )
+        self.exchange_ends = Counter(
+            "qos_exchange_ends",
+            "Admitted exchanges whose end gave their slot back, by tier and how they ended.",
+            ["tier", "how"],
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

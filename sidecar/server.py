@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 
 import grpc
 import redis.asyncio as redis
 from aiohttp import web
+from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import logs
 from sidecar.admin import admin_app
+from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
 from sidecar.config.store import Snapshot
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
@@ -23,6 +26,10 @@ from sidecar.metrics import SidecarMetrics
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
+from sidecar.queueing.metrics import QueueCollector
+from sidecar.queueing.peers import PeerRegistry
+from sidecar.queueing.queue import AdmissionQueue
+from sidecar.queueing.slots import SlotTable
 from sidecar.settings import SidecarSettings
 
 Settings = SidecarSettings
@@ -56,9 +63,28 @@ class SidecarServer:
         self.watcher = ConfigWatcher(self.redis)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         reports = ReportStore(self.redis)
-        self.monitor = LoadMonitor(reports, self._snapshot)
+        sidecar_id = secrets.token_hex(4)
+        self.queue = AdmissionQueue(
+            lambda: self.watcher.current.config,
+            SlotTable(owner=sidecar_id),
+            PeerRegistry(self.redis, sidecar_id),
+        )
+        self.monitor = LoadMonitor(
+            reports, self._snapshot, gateway_in_flight=lambda: self.queue.cluster_in_flight
+        )
         self.metrics.registry.register(LoadCollector(self.monitor))
+        self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
+        self._access_log = AccessLogReceiver(self._exchange_ended)
+
+    def _exchange_ended(self, end: ExchangeEnd) -> None:
+        if self.queue.release(end.slot) is not None:
+            self.metrics.exchange_ends.labels(end.tier or "none", _how(end)).inc()
+
+    def _stream_ended_early(self, slot: str) -> None:
+        released = self.queue.release(slot)
+        if released is not None:
+            self.metrics.exchange_ends.labels(released.tier.value, "before_response").inc()
 
     def _snapshot(self) -> Snapshot:
         return self.watcher.current  # the configuration in force, always the latest
@@ -66,10 +92,12 @@ class SidecarServer:
     async def start(self) -> None:
         await self.watcher.start()
         await self.monitor.start()
-        decider = build_decider(self.settings, self.redis, self.watcher, self.monitor)
+        await self.queue.start()
+        decider = build_decider(self.settings, self.redis, self.watcher, self.monitor, self.queue)
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
+        als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
-            ExternalProcessor(decider, self.metrics), self._grpc
+            ExternalProcessor(decider, self.metrics, self._stream_ended_early), self._grpc
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
@@ -97,10 +125,26 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        await self.queue.stop()
         await self.monitor.stop()
         await self.watcher.stop()
         await self.redis.aclose()
         log.info("sidecar stopped")
+
+
+def _how(end: ExchangeEnd) -> str:
+    flags = end.response_flags
+    if flags.downstream_connection_termination or flags.downstream_remote_reset:
+        return "client_gone"
+    if (
+        flags.upstream_connection_failure
+        or flags.upstream_remote_reset
+        or flags.no_healthy_upstream
+    ):
+        return "upstream_failed"
+    if flags.upstream_request_timeout or flags.stream_idle_timeout:
+        return "timed_out"
+    return "completed"
 
 
 async def serve(settings: SidecarSettings) -> None:

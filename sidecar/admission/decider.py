@@ -1,10 +1,19 @@
-"""Admission: identity → tier, body checks and guards, one token-bucket call → decision."""
+"""Admission: identity → tier, body checks and guards, overload, budget, slot → decision.
+
+identify ─▶ parse + validate ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call)
+                                                              │ short: wait for it, or shed
+                                                              ▼
+                                         slot free? ─▶ admit │ else wait in the queue
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as redis
@@ -22,15 +31,40 @@ from sidecar.openai_api.request import (
 )
 from sidecar.openai_api.validate import validate
 from sidecar.overload.shedding import SheddingState, overload_refusal
-from sidecar.policy.decision import Admit, Decision, RequestView, Respond
+from sidecar.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
 from sidecar.policy.fallbacks import ResponseShape
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
 from sidecar.policy.responses import respond
+from sidecar.queueing.queue import AdmissionQueue, QueueFull
 
 log = logging.getLogger(__name__)
 
 INTERNAL_PREFIX = "x-qos-"
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One completion request on its way through admission."""
+
+    view: RequestView
+    snapshot: Snapshot
+    identity: Identity
+    completion: CompletionRequest
+    shape: ResponseShape
+    body: dict[str, Any] | None  # the body to forward instead, when it changed
+
+    @property
+    def tier(self) -> Tier:
+        return self.identity.tier
+
+    @property
+    def tier_config(self) -> TierConfig:
+        return self.snapshot.config.tiers[self.tier]
+
+    def refuse(self, reason: Reason, message: str = "") -> Respond:
+        refusal = Refusal(reason, message or f"Tier {self.tier.value} is shed: {reason.value}.")
+        return respond(refusal, self.shape, self.tier_config, self.tier.value)
 
 
 class AdmissionDecider:
@@ -41,12 +75,16 @@ class AdmissionDecider:
         limiter: Limiter,
         count_prompt: PromptCounter,
         shedding: Callable[[], SheddingState] = SheddingState,
+        queue: AdmissionQueue | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._snapshot = snapshot
         self._identity = identity
         self._limiter = limiter
         self._count_prompt = count_prompt
         self._shedding = shedding
+        self._queue = queue
+        self._clock = clock
 
     async def decide(self, request: RequestView) -> Decision:
         snapshot = self._snapshot()
@@ -66,12 +104,15 @@ class AdmissionDecider:
             tier_config = snapshot.config.tiers[identity.tier]
             endpoint = Endpoint.for_path(request.path)
             if endpoint is Endpoint.OTHER or request.method != "POST":
-                return self._admit(request, identity)  # documented pass-through
+                return _admit(request, identity)  # documented pass-through
             completion = _parse(endpoint, request.body)
             shape = ResponseShape(
                 endpoint, completion.stream, completion.include_usage, completion.model
             )
-            return await self._admit_completion(request, snapshot, identity, completion)
+            prompt_tokens = self._count_prompt(completion.body)
+            guarded = apply_guards(completion, tier_config, identity.tier.value, prompt_tokens)
+            admission = _Request(request, snapshot, identity, completion, shape, guarded)
+            return await self._admit_completion(admission, prompt_tokens)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
             return respond(refusal, shape, tier_config, tier_name)
@@ -85,79 +126,142 @@ class AdmissionDecider:
                 "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
             ) from None
 
-    async def _admit_completion(
-        self,
-        request: RequestView,
-        snapshot: Snapshot,
-        identity: Identity,
-        completion: CompletionRequest,
-    ) -> Admit:
-        tier = identity.tier
-        tier_config = snapshot.config.tiers[tier]
-        prompt_tokens = self._count_prompt(completion.body)
-        guarded = apply_guards(completion, tier_config, tier.value, prompt_tokens)
-        overload = overload_refusal(tier, snapshot, self._shedding())
+    async def _admit_completion(self, request: _Request, prompt_tokens: int) -> Decision:
+        overload = overload_refusal(request.tier, request.snapshot, self._shedding())
         if overload is not None:  # decided without Redis
-            raise Refusal(overload, f"Tier {tier.value} is shed: {overload.value}.")
-        cost = prompt_tokens * tier_config.weight
-        buckets = self._buckets(snapshot, identity)
+            return request.refuse(overload)
+        cost = prompt_tokens * request.tier_config.weight
+        buckets = _buckets(request.snapshot, request.identity)
         try:
             verdict = await self._limiter.acquire(cost, buckets)
         except redis.RedisError as error:
             # Budgets are shared through Redis; without it, admit rather than refuse all.
             log.warning("limiter unavailable, admitting: %s", error)
-            return self._admit(request, identity, guarded, reason="limiter_unavailable")
-        if not verdict.allowed:
-            refused = buckets[verdict.refused or 0]
-            if verdict.retry_after is None:
-                raise Refusal(
-                    Reason.COST_EXCEEDS_BURST,
-                    f"This request costs {cost:.0f} budget tokens, more than the "
-                    f"{refused.burst:.0f} its budget can ever hold. Shorten the prompt.",
-                )
-            if verdict.refused and verdict.refused > 0:  # the tenant's own bucket
-                raise Refusal(
-                    Reason.TENANT_RATE_LIMITED,
-                    f"Rate limit reached for tenant {identity.tenant_label}.",
-                    retry_after=verdict.retry_after,
-                )
-            if tier_config.sheddable:
-                raise Refusal(
-                    Reason.SHED_TIER_BUDGET,
-                    "Tier budget exhausted.",
-                    retry_after=verdict.retry_after,
-                )
-            return self._admit(request, identity, guarded, reason="admitted_over_budget")
-        return self._admit(request, identity, guarded)
-
-    @staticmethod
-    def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:
-        tier = identity.tier
-        config = snapshot.config
-        rate = config.tier_rate(tier)
-        buckets = [
-            BucketSpec(tier_bucket_key(tier.value), rate, rate * config.tiers[tier].burst_seconds)
-        ]
-        tenant = snapshot.tenants.get(identity.tenant or "")
-        if tenant is not None and tenant.rate_tokens_per_second is not None:
-            tenant_rate = tenant.rate_tokens_per_second
-            buckets.append(
-                BucketSpec(
-                    tenant_bucket_key(tier.value, identity.tenant_label),
-                    tenant_rate,
-                    tenant_rate * tenant.burst_seconds,
-                )
+            return await self._take_slot(request, "limiter_unavailable")
+        if verdict.allowed:
+            return await self._take_slot(request)
+        refused = buckets[verdict.refused or 0]
+        if verdict.retry_after is None:
+            raise Refusal(
+                Reason.COST_EXCEEDS_BURST,
+                f"This request costs {cost:.0f} budget tokens, more than the "
+                f"{refused.burst:.0f} its budget can ever hold. Shorten the prompt.",
             )
-        return buckets
+        if verdict.refused and verdict.refused > 0:  # the tenant's own bucket
+            raise Refusal(
+                Reason.TENANT_RATE_LIMITED,
+                f"Rate limit reached for tenant {request.identity.tenant_label}.",
+                retry_after=verdict.retry_after,
+            )
+        if not request.tier_config.sheddable:
+            return await self._take_slot(request, "admitted_over_budget")
+        max_wait = request.tier_config.max_queue_wait_seconds
+        if self._queue is not None and verdict.retry_after <= max_wait:
+            return Hold(
+                lambda: self._wait_for_budget(request, cost, buckets, verdict.retry_after),
+                max_wait,
+                tier=request.tier.value,
+            )
+        return request.refuse(Reason.SHED_TIER_BUDGET)
 
-    @staticmethod
-    def _admit(
-        request: RequestView,
-        identity: Identity,
-        body: dict[str, Any] | None = None,
-        reason: str = "admitted",
-    ) -> Admit:
-        return _tagged(request, identity.tier.value, identity.tenant_label, body, reason)
+    async def _wait_for_budget(
+        self, request: _Request, cost: float, buckets: list[BucketSpec], retry_after: float
+    ) -> Final:
+        """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
+        started = self._clock()
+        deadline = started + request.tier_config.max_queue_wait_seconds
+        while True:
+            await asyncio.sleep(retry_after)
+            verdict = await self._limiter.acquire(cost, buckets)
+            if verdict.allowed:
+                break
+            retry_after = verdict.retry_after if verdict.retry_after is not None else deadline
+            if self._clock() + retry_after > deadline:
+                return request.refuse(Reason.SHED_TIER_BUDGET)
+        return await self._wait_for_slot(request, deadline - self._clock(), started)
+
+    async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
+        if self._queue is None:
+            return _admit(request.view, request.identity, _engine_body(request), reason)
+        slot = self._queue.try_take(request.tier, request.identity.tenant_label)
+        if slot is not None:
+            return _admit(
+                request.view, request.identity, _engine_body(request), reason, slot.id, 0.0
+            )
+        max_wait = request.tier_config.max_queue_wait_seconds
+        return Hold(
+            lambda: self._wait_for_slot(request, max_wait, self._clock(), reason),
+            max_wait,
+            tier=request.tier.value,
+        )
+
+    async def _wait_for_slot(
+        self, request: _Request, max_wait: float, started: float, reason: str = "admitted"
+    ) -> Final:
+        assert self._queue is not None
+        try:
+            slot = await self._queue.wait(request.tier, request.identity.tenant_label, max_wait)
+        except QueueFull:
+            return request.refuse(Reason.SHED_QUEUE_FULL)
+        if slot is None:
+            return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
+        waited = self._clock() - started
+        return _admit(
+            request.view, request.identity, _engine_body(request), reason, slot.id, waited
+        )
+
+
+def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:
+    tier = identity.tier
+    config = snapshot.config
+    rate = config.tier_rate(tier)
+    buckets = [
+        BucketSpec(tier_bucket_key(tier.value), rate, rate * config.tiers[tier].burst_seconds)
+    ]
+    tenant = snapshot.tenants.get(identity.tenant or "")
+    if tenant is not None and tenant.rate_tokens_per_second is not None:
+        tenant_rate = tenant.rate_tokens_per_second
+        buckets.append(
+            BucketSpec(
+                tenant_bucket_key(tier.value, identity.tenant_label),
+                tenant_rate,
+                tenant_rate * tenant.burst_seconds,
+            )
+        )
+    return buckets
+
+
+def _engine_body(request: _Request) -> dict[str, Any] | None:
+    """The body with the tier's vLLM priority; never a priority the client chose."""
+    body = request.body if request.body is not None else request.completion.body
+    if request.snapshot.config.engine.send_priority:
+        return {**body, "priority": request.tier_config.vllm_priority}
+    if "priority" in body:
+        return {key: value for key, value in body.items() if key != "priority"}
+    return request.body
+
+
+def _admit(
+    request: RequestView,
+    identity: Identity,
+    body: dict[str, Any] | None = None,
+    reason: str = "admitted",
+    slot: str = "",
+    waited: float | None = None,
+) -> Admit:
+    admit = _tagged(request, identity.tier.value, identity.tenant_label, body, reason)
+    if not slot:
+        return admit
+    extra = {"x-qos-slot": slot, "x-qos-queue-wait-ms": f"{(waited or 0.0) * 1000:.0f}"}
+    return Admit(
+        set_headers={**admit.set_headers, **extra},
+        remove_headers=tuple(h for h in admit.remove_headers if h not in extra),
+        replace_body=admit.replace_body,
+        reason=reason,
+        tier=admit.tier,
+        slot=slot,
+        queue_wait=waited,
+    )
 
 
 def _tagged(

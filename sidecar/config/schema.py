@@ -69,6 +69,12 @@ class TierConfig(_Strict):
     shed_below_free_kv: Fraction | None = None
     # ...or while requests in flight exceed this fraction of fleet.max_concurrency.
     shed_above_inflight: Fraction | None = None
+    # Queueing: how long a request may wait for a slot or for budget before it gets the
+    # fallback (within Envoy's max_message_timeout of 30 s), and how many may wait.
+    max_queue_wait_seconds: Annotated[float, Field(ge=0, le=25)] = 2.0
+    max_queue_length: Annotated[int, Field(ge=0)] = 200
+    # The `priority` written into the body for vLLM's priority scheduling (lower first).
+    vllm_priority: int = 0
     fallback: FallbackKind = FallbackKind.COMPLETION
     fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
     retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
@@ -90,10 +96,29 @@ class TierConfig(_Strict):
 
 class TiersConfig(_Strict):
     p0: TierConfig = TierConfig(
-        share=0.60, max_tokens_cap=512, max_prompt_tokens=4096, sheddable=False
+        share=0.60,
+        max_tokens_cap=512,
+        max_prompt_tokens=4096,
+        sheddable=False,
+        max_queue_wait_seconds=10.0,
+        max_queue_length=1000,
+        vllm_priority=0,
     )
-    p1: TierConfig = TierConfig(share=0.35, shed_below_free_kv=0.08)
-    p2: TierConfig = TierConfig(share=0.05, shed_below_free_kv=0.15, shed_above_inflight=0.80)
+    p1: TierConfig = TierConfig(
+        share=0.35,
+        shed_below_free_kv=0.08,
+        max_queue_wait_seconds=5.0,
+        max_queue_length=500,
+        vllm_priority=1,
+    )
+    p2: TierConfig = TierConfig(
+        share=0.05,
+        shed_below_free_kv=0.15,
+        shed_above_inflight=0.80,
+        max_queue_wait_seconds=2.0,
+        max_queue_length=200,
+        vllm_priority=2,
+    )
 
     def __getitem__(self, tier: Tier) -> TierConfig:
         return getattr(self, tier.value)
@@ -146,11 +171,31 @@ class OverloadConfig(_Strict):
     shed_without_reports: tuple[Tier, ...] = (Tier.P2,)
 
 
+class QueueConfig(_Strict):
+    # Starvation protection: a waiter goes first once it has waited this long...
+    promote_after_seconds: Annotated[float, Field(gt=0)] = 1.0
+    # ...or once this many requests were released past it.
+    promote_after_passed_over: Annotated[int, Field(ge=1)] = 50
+    # While P1 has waiters it gets at least this share of the releases (the brief: P1 is
+    # never squeezed out completely, even under sustained P0 load).
+    p1_min_share: Annotated[float, Field(ge=0, le=1)] = 0.2
+    # A slot whose end Envoy never reported is taken back after this long.
+    slot_lease_seconds: Annotated[float, Field(gt=0)] = 900.0
+
+
+class EngineConfig(_Strict):
+    # Write each tier's vllm_priority into the request body. Needs vLLM started with
+    # --scheduling-policy priority: vLLM refuses a non-zero priority otherwise.
+    send_priority: bool = False
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
     tiers: TiersConfig = TiersConfig()
     overload: OverloadConfig = OverloadConfig()
+    queue: QueueConfig = QueueConfig()
+    engine: EngineConfig = EngineConfig()
 
     @classmethod
     def from_partial(cls, data: dict[str, Any]) -> QosConfig:

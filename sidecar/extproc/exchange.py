@@ -3,15 +3,16 @@
     REQUEST_HEADERS ──(end_of_stream)──────────────┐
           │                                         ▼
           └──▶ REQUEST_BODY ──(end_of_stream)──▶ decide ──Respond──▶ DONE
-                                                    │
-                                                  Admit
-                                                    ▼
+                                                 │    ▲
+                                               Admit  └── Hold: tell Envoy to wait,
+                                                 ▼         then Admit or Respond
                            RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
 
 The decision is taken once, when the whole request is known: at the headers when the
-request has no body, else at the end of the (BUFFERED) body. Any message that does not
-fit the current phase is a protocol error: the processing mode in Envoy's config does
-not match what this sidecar expects.
+request has no body, else at the end of the (BUFFERED) body. A held request is answered
+twice: first with override_message_timeout (so Envoy waits past its message timeout),
+then with the final decision. Any message that does not fit the current phase is a
+protocol error: the processing mode in Envoy's config does not match this sidecar's.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.extproc import messages
-from sidecar.policy.decision import Admit, Decider, Decision, RequestView
+from sidecar.policy.decision import Admit, Decider, Decision, Final, Hold, RequestView
 
 log = logging.getLogger(__name__)
+
+# Envoy is told to wait this much longer than the hold itself, for the final answer.
+HOLD_MARGIN_SECONDS = 1.0
 
 
 class Phase(enum.Enum):
@@ -41,6 +45,9 @@ class ProtocolError(Exception):
     """Envoy sent a message the current phase does not allow."""
 
 
+Answers = AsyncIterator[ext_proc.ProcessingResponse]
+
+
 class Exchange:
     def __init__(
         self,
@@ -52,16 +59,23 @@ class Exchange:
         self.phase = Phase.REQUEST_HEADERS
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
-        self.decision: Decision | None = None
+        self.decision: Final | None = None
         self.decision_seconds: float | None = None
         self._body = bytearray()
 
-    async def handle(self, message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:
+    async def answers(self, message: ext_proc.ProcessingRequest) -> Answers:
+        """The responses to one message from Envoy: one, or two for a held request."""
         kind = message.WhichOneof("request")
         handler = _HANDLERS.get((self.phase, kind))
         if handler is None:
             raise ProtocolError(f"{kind} is not expected in phase {self.phase.value}")
-        return await handler(self, getattr(message, kind))
+        async for answer in handler(self, getattr(message, kind)):
+            yield answer
+
+    async def handle(self, message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:
+        """The final response to one message (a held request's wait included)."""
+        answers = [answer async for answer in self.answers(message)]
+        return answers[-1]
 
     @property
     def method(self) -> str:
@@ -71,59 +85,76 @@ class Exchange:
     def path(self) -> str:
         return self.request_headers.get(":path", "")
 
-    async def _on_request_headers(self, headers: ext_proc.HttpHeaders):
+    @property
+    def admitted(self) -> Admit | None:
+        return self.decision if isinstance(self.decision, Admit) else None
+
+    async def _on_request_headers(self, headers: ext_proc.HttpHeaders) -> Answers:
         self.request_headers = messages.header_dict(headers)
         if headers.end_of_stream:
-            return await self._decide("request_headers", body=None)
+            async for answer in self._decide("request_headers", body=None):
+                yield answer
+            return
         self.phase = Phase.REQUEST_BODY
-        return messages.continue_message("request_headers")
+        yield messages.continue_message("request_headers")
 
-    async def _on_request_body(self, body: ext_proc.HttpBody):
+    async def _on_request_body(self, body: ext_proc.HttpBody) -> Answers:
         self._body += body.body
         if not body.end_of_stream:  # STREAMED mode: keep collecting
-            return messages.continue_message("request_body")
-        return await self._decide("request_body", body=bytes(self._body))
+            yield messages.continue_message("request_body")
+            return
+        async for answer in self._decide("request_body", body=bytes(self._body)):
+            yield answer
 
-    async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers):
+    async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers) -> Answers:
         # Trailers end a body that had no end_of_stream: the request is complete.
-        response = await self._decide("request_body", body=bytes(self._body))
-        if response.WhichOneof("response") == "request_body":
-            return messages.continue_message("request_trailers")
-        return response
+        async for answer in self._decide("request_body", body=bytes(self._body)):
+            if answer.WhichOneof("response") == "request_body":
+                answer = messages.continue_message("request_trailers")
+            yield answer
 
-    async def _on_response_headers(self, headers: ext_proc.HttpHeaders):
+    async def _on_response_headers(self, headers: ext_proc.HttpHeaders) -> Answers:
         status = messages.header_dict(headers).get(":status", "")
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
-        return messages.continue_message("response_headers")
+        yield messages.continue_message("response_headers")
 
-    async def _on_response_body(self, body: ext_proc.HttpBody):
+    async def _on_response_body(self, body: ext_proc.HttpBody) -> Answers:
         if body.end_of_stream:
             self.phase = Phase.DONE
-        return messages.continue_message("response_body")
+        yield messages.continue_message("response_body")
 
-    async def _on_response_trailers(self, _trailers: ext_proc.HttpTrailers):
+    async def _on_response_trailers(self, _trailers: ext_proc.HttpTrailers) -> Answers:
         self.phase = Phase.DONE
-        return messages.continue_message("response_trailers")
+        yield messages.continue_message("response_trailers")
 
-    async def _decide(self, kind: str, body: bytes | None) -> ext_proc.ProcessingResponse:
+    async def _decide(self, kind: str, body: bytes | None) -> Answers:
         view = RequestView(self.method, self.path, self.request_headers, body)
         started = time.perf_counter()
+        decision = await self._ask(self._decider.decide, view)
+        if isinstance(decision, Hold):
+            yield messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS)
+            decision = await self._ask(decision.resume)
+        assert not isinstance(decision, Hold)
+        self.decision = decision
+        self.decision_seconds = time.perf_counter() - started
+        if self._on_decision is not None:
+            self._on_decision(decision, self.decision_seconds)
+        if isinstance(decision, Admit):
+            self.phase = Phase.RESPONSE_HEADERS
+            yield messages.admit_message(kind, decision)
+        else:
+            self.phase = Phase.DONE
+            yield messages.immediate_message(decision)
+
+    async def _ask(self, decide, *args) -> Decision:
         try:
-            self.decision = await self._decider.decide(view)
+            return await decide(*args)
         except Exception:
             # A fault of ours must not cost the client its request: fail open, as Envoy's
             # failure_mode_allow does when the sidecar is unreachable.
             log.exception("decider failed; admitting", extra={"path": self.path})
-            self.decision = Admit(reason="decider_error")
-        self.decision_seconds = time.perf_counter() - started
-        if self._on_decision is not None:
-            self._on_decision(self.decision, self.decision_seconds)
-        if isinstance(self.decision, Admit):
-            self.phase = Phase.RESPONSE_HEADERS
-            return messages.admit_message(kind, self.decision)
-        self.phase = Phase.DONE
-        return messages.immediate_message(self.decision)
+            return Admit(reason="decider_error")
 
 
 _HANDLERS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
@@ -62,6 +63,14 @@ def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
     if set_headers or admit.remove_headers:
         common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
+
+
+def hold_message(seconds: float) -> ext_proc.ProcessingResponse:
+    """Ask Envoy to wait this long for the answer to the current message (the request is
+    queued); Envoy caps it at the filter's max_message_timeout."""
+    response = ext_proc.ProcessingResponse()
+    response.override_message_timeout.FromTimedelta(timedelta(seconds=seconds))
+    return response
 
 
 def immediate_message(respond: Respond) -> ext_proc.ProcessingResponse:

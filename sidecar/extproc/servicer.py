@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
@@ -17,9 +17,15 @@ log = logging.getLogger(__name__)
 
 
 class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
-    def __init__(self, decider: Decider, metrics: SidecarMetrics) -> None:
+    def __init__(
+        self,
+        decider: Decider,
+        metrics: SidecarMetrics,
+        release_slot: Callable[[str], object] | None = None,
+    ) -> None:
         self._decider = decider
         self._metrics = metrics
+        self._release_slot = release_slot
 
     async def Process(
         self,
@@ -31,16 +37,27 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         try:
             async for message in request_iterator:
                 try:
-                    response = await exchange.handle(message)
+                    async for answer in exchange.answers(message):
+                        yield answer
                 except ProtocolError as error:
                     self._metrics.protocol_errors.inc()
                     log.warning("ext_proc protocol error: %s", error)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
-                yield response
                 if exchange.phase is Phase.DONE:
                     return
         finally:
             self._metrics.streams_open.dec()
+            admitted = exchange.admitted
+            if (
+                self._release_slot is not None
+                and admitted is not None
+                and admitted.slot
+                and exchange.phase is Phase.RESPONSE_HEADERS
+            ):
+                # The stream ended before any response: the client left, or the upstream
+                # failed, before the request got anywhere. Its slot is free now; Envoy's
+                # access log, should it name the slot too, finds it given back already.
+                self._release_slot(admitted.slot)
 
     def _record(self, decision: Decision, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"

@@ -34,8 +34,10 @@ class LoadMonitor:
         snapshot: Callable[[], Snapshot],
         interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
+        gateway_in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         self._store = store
+        self._gateway_in_flight = gateway_in_flight
         self._snapshot = snapshot
         self._interval = interval
         self._clock = clock
@@ -65,7 +67,7 @@ class LoadMonitor:
         else:
             self._read_at = self._clock()
         before = dict(self.state.shedding)
-        self.state.update(aggregate(pods), config)
+        self.state.update(aggregate(pods), config, self._gateway_in_flight())
         if self.state.shedding != before:
             log.info(
                 "overload shedding changed",

@@ -29,22 +29,25 @@ class SheddingState:
     shedding: dict[Tier, Reason | None] = field(default_factory=lambda: dict.fromkeys(Tier))
     load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
 
-    def update(self, load: ClusterLoad, config: QosConfig) -> None:
+    def update(self, load: ClusterLoad, config: QosConfig, gateway_in_flight: int = 0) -> None:
+        """`gateway_in_flight`: requests the sidecars hold slots for, cluster-wide; the
+        in-flight rule uses it or the engines' own count, whichever is higher."""
         self.load = load
+        in_flight = max(load.in_flight, gateway_in_flight)
         for tier in Tier:
-            self.shedding[tier] = self._rule(tier, load, config, self.shedding[tier])
+            self.shedding[tier] = self._rule(tier, load, in_flight, config, self.shedding[tier])
 
     @staticmethod
     def _rule(
-        tier: Tier, load: ClusterLoad, config: QosConfig, was: Reason | None
+        tier: Tier, load: ClusterLoad, in_flight_now: int, config: QosConfig, was: Reason | None
     ) -> Reason | None:
         tier_config = config.tiers[tier]
         hysteresis = config.overload.hysteresis
         if not load.known:
             return Reason.SHED_NO_REPORTS if tier in config.overload.shed_without_reports else None
-        in_flight = load.in_flight / config.fleet.max_concurrency
-        if in_flight >= 1.0:
-            return Reason.SHED_CONCURRENCY  # the hard maximum binds every tier, P0 too
+        # The hard maximum itself is not a shedding rule: at it, requests wait in the
+        # admission queue for a slot (P0 first) rather than being refused.
+        in_flight = in_flight_now / config.fleet.max_concurrency
         threshold = tier_config.shed_below_free_kv
         if (
             threshold is not None

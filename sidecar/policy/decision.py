@@ -1,14 +1,15 @@
 """What the sidecar decides for one request, and the pluggable piece that decides it.
 
 A decider sees the request as Envoy presented it (headers, buffered body) and returns
-either Admit (send it upstream, perhaps with changed headers or body) or Respond
-(answer it here; nothing goes upstream). The ext_proc state machine turns either one
-into Envoy messages; deciders never touch the protocol.
+Admit (send it upstream, perhaps with changed headers or body), Respond (answer it here;
+nothing goes upstream) or Hold (the request waits in the admission queue; `resume` gives
+the final Admit or Respond). The ext_proc state machine turns each into Envoy messages;
+deciders never touch the protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +29,8 @@ class Admit:
     replace_body: bytes | None = None
     reason: str = "admitted"
     tier: str = ""
+    slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
+    queue_wait: float | None = None  # seconds waited for the slot
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,18 @@ class Respond:
     tier: str = ""
 
 
-Decision = Admit | Respond
+Final = Admit | Respond
+
+
+@dataclass(frozen=True)
+class Hold:
+    resume: Callable[[], Awaitable[Final]]
+    max_wait: float  # seconds; Envoy is told to wait this long (and a little more)
+    reason: str = "held"
+    tier: str = ""
+
+
+Decision = Admit | Respond | Hold
 
 
 class Decider(Protocol):

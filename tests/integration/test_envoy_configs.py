@@ -58,6 +58,7 @@ def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
     ]
     resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "qos_sidecar"]
     manager["http_filters"].insert(0, snippet["http_filter"])
+    manager["access_log"] = [snippet["access_log"]]
     resources["clusters"].append(snippet["cluster"])
     result = validate(envoy_config.write(config, tmp_path / "with-snippet.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr

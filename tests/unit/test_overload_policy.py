@@ -75,10 +75,21 @@ def test_hysteresis_holds_around_the_in_flight_limit_too():
     assert shedding_at(state, 0.9, in_flight=80)[Tier.P2] is None  # not above 80 %
 
 
-def test_the_hard_maximum_binds_every_tier():
+def test_at_the_hard_maximum_only_the_in_flight_rule_sheds_the_queue_holds_the_rest():
     state = SheddingState()
-    assert set(shedding_at(state, 0.9, in_flight=100).values()) == {Reason.SHED_CONCURRENCY}
-    assert shedding_at(state, 0.9, in_flight=99)[Tier.P0] is None
+    assert shedding_at(state, 0.9, in_flight=100) == {
+        Tier.P0: None,
+        Tier.P1: None,
+        Tier.P2: Reason.SHED_INFLIGHT,
+    }
+
+
+def test_the_gateways_own_in_flight_count_counts_when_higher():
+    state = SheddingState()
+    state.update(aggregate([pod("a", 0.1, running=10)]), CONFIG, gateway_in_flight=85)
+    assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
+    state.update(aggregate([pod("a", 0.1, running=85)]), CONFIG, gateway_in_flight=10)
+    assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
 
 
 def test_without_reports_the_configured_tiers_are_shed():
