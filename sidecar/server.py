@@ -72,6 +72,7 @@ class SidecarServer:
         self.monitor = LoadMonitor(
             reports, self._snapshot, gateway_in_flight=lambda: self.queue.cluster_in_flight
         )
+        self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)

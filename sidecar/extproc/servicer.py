@@ -63,3 +63,5 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         outcome = "admit" if isinstance(decision, Admit) else "respond"
         self._metrics.decisions.labels(decision.tier or "none", outcome, decision.reason).inc()
         self._metrics.decision_seconds.observe(seconds)
+        if isinstance(decision, Admit) and decision.queue_wait is not None:
+            self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)

@@ -140,6 +140,8 @@ class MockVllm:
             for name, value in request.headers.items()
             if name.lower().startswith("x-qos-")
         }
+        if "priority" in body:
+            seen["x-mock-saw-priority"] = str(priority)
         try:
             if parsed.stream:
                 return await self._stream(request, sequence, shaper, parsed.include_usage, seen)

@@ -81,6 +81,12 @@ class LoadMonitor:
                 },
             )
 
+    def reevaluate(self) -> None:
+        """Apply a new configuration to the load last read, without waiting for the next
+        read (thresholds and limits changed)."""
+        config = self._snapshot().config
+        self.state.update(self.state.load, config, self._gateway_in_flight())
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)

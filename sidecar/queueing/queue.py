@@ -82,9 +82,11 @@ class AdmissionQueue:
         self.scheduler.add(waiter)
         self.dispatch()
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout=max_wait)
+            async with asyncio.timeout(max_wait):
+                return await future
         except TimeoutError:
-            pass
+            # Released in the very instant the time ran out: the slot is the waiter's.
+            return future.result() if future.done() and not future.cancelled() else None
         except asyncio.CancelledError:
             # The client went away. A slot handed over in the same instant goes back.
             if future.done() and not future.cancelled():
@@ -93,10 +95,8 @@ class AdmissionQueue:
         finally:
             self.scheduler.remove(waiter)
             self._futures.pop(waiter, None)
-        if future.done() and not future.cancelled():
-            return future.result()  # released, even if just as the time ran out
-        future.cancel()
-        return None
+            if not future.done():
+                future.cancel()
 
     def release(self, slot_id: str) -> Slot | None:
         slot = self.slots.release(slot_id)

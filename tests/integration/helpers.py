@@ -6,6 +6,7 @@ import asyncio
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -73,7 +74,9 @@ class StackConfig:
             finally:
                 await client.aclose()
 
-        version = asyncio.run(go())
+        # A thread of its own: callers may be inside a running event loop (async tests).
+        with ThreadPoolExecutor(1) as pool:
+            version = pool.submit(asyncio.run, go()).result()
         deadline = time.monotonic() + 5
         while sidecar_config_version(self._admin) < version:
             assert time.monotonic() < deadline, f"sidecar never reached config v{version}"

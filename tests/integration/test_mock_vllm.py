@@ -113,3 +113,44 @@ def test_bad_requests_get_openai_errors(mock_vllm):
         assert answer["error"]["code"] == status
         assert answer["error"]["param"] == param
         assert answer["error"]["message"]
+
+
+@pytest.mark.asyncio
+async def test_under_kv_pressure_priority_scheduling_preempts_the_p2_request(mock_vllm):
+    # Four KV blocks (64 tokens); two answers of 40 tokens need six between them.
+    url = mock_vllm(
+        "--scheduling-policy",
+        "priority",
+        "--kv-cache-tokens",
+        "64",
+        "--max-model-len",
+        "64",
+        "--time-scale",
+        "0.2",
+    )
+    finished = []
+
+    async def run(session, priority, started=None):
+        body = {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 40,
+            "ignore_eos": True,
+            "stream": True,
+            "priority": priority,
+        }
+        async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+            assert response.status == 200
+            async for line in response.content:
+                if started is not None and not started.is_set() and b'"content":"' in line:
+                    started.set()
+        finished.append(priority)
+
+    async with aiohttp.ClientSession() as session:
+        batch_running = asyncio.Event()
+        batch = asyncio.create_task(run(session, 2, batch_running))
+        await batch_running.wait()  # the P2 request decodes first...
+        await run(session, 0)  # ...then P0 arrives and needs its blocks
+        await batch
+    assert finished == [0, 2]  # P0 was never set back; P2 was preempted and recomputed
+    samples = scrape(f"{url}/metrics")
+    assert samples['vllm:num_preemptions_total{model_name="mock-llm"}'] >= 1

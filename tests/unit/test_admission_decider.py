@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -14,8 +15,9 @@ from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.overload.shedding import SheddingState
-from sidecar.policy.decision import Admit, RequestView, Respond
+from sidecar.policy.decision import Admit, Hold, RequestView, Respond
 from sidecar.policy.refusals import Reason
+from sidecar.queueing.queue import AdmissionQueue
 
 KEYS = {hash_api_key("k-p2"): "bulk", hash_api_key("k-p0"): "pay", hash_api_key("k-cap"): "capped"}
 TENANTS = {
@@ -192,3 +194,83 @@ async def test_shadow_mode_admits_untouched_and_names_what_it_would_have_done():
     assert answer.replace_body is None
     bad = await shadow.decide(RequestView("POST", "/v1/chat/completions", {}, b"{"))
     assert isinstance(bad, Admit) and bad.reason == "shadow_invalid_request"
+
+
+def queued_decider(limiter, max_concurrency=1, **config) -> tuple[AdmissionDecider, AdmissionQueue]:
+    qos = QosConfig.from_partial({"fleet": {"max_concurrency": max_concurrency}, **config})
+    snapshot = Snapshot(1, qos, TENANTS)
+    admission = AdmissionQueue(lambda: qos)
+    decider = AdmissionDecider(
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens, queue=admission
+    )
+    return decider, admission
+
+
+@pytest.mark.asyncio
+async def test_with_a_free_slot_the_request_is_admitted_holding_it():
+    decider, admission = queued_decider(FakeLimiter())
+    decision = await decider.decide(chat("k-p2"))
+    assert isinstance(decision, Admit) and decision.slot
+    assert decision.set_headers["x-qos-slot"] == decision.slot
+    assert decision.set_headers["x-qos-queue-wait-ms"] == "0"
+    assert len(admission.slots) == 1
+
+
+@pytest.mark.asyncio
+async def test_without_a_free_slot_the_request_is_held_until_one_frees():
+    decider, admission = queued_decider(FakeLimiter())
+    first = await decider.decide(chat("k-p0"))
+    held = await decider.decide(chat("k-p2"))
+    assert isinstance(held, Hold) and held.max_wait == 2.0
+    resumed = asyncio.create_task(held.resume())
+    await asyncio.sleep(0.01)
+    admission.release(first.slot)
+    final = await resumed
+    assert isinstance(final, Admit) and final.slot and final.tier == "p2"
+    assert int(final.set_headers["x-qos-queue-wait-ms"]) >= 5
+
+
+@pytest.mark.asyncio
+async def test_a_held_request_gets_its_fallback_when_its_wait_runs_out():
+    decider, _ = queued_decider(FakeLimiter(), tiers={"p2": {"max_queue_wait_seconds": 0.02}})
+    await decider.decide(chat("k-p0"))
+    held = await decider.decide(chat("k-p2"))
+    final = await held.resume()
+    assert isinstance(final, Respond)
+    assert (final.status, final.reason) == (200, "shed_queue_timeout")
+
+
+@pytest.mark.asyncio
+async def test_a_bucket_that_refills_soon_is_waited_for():
+    class RefillsSoon(FakeLimiter):
+        async def acquire(self, cost, buckets):
+            self.calls.append((cost, list(buckets)))
+            if len(self.calls) == 1:
+                return Verdict(False, refused=0, retry_after=0.01)
+            return Verdict(True)
+
+    limiter = RefillsSoon()
+    decider, _ = queued_decider(limiter, max_concurrency=5)
+    held = await decider.decide(chat("k-p2"))
+    assert isinstance(held, Hold)
+    final = await held.resume()
+    assert isinstance(final, Admit) and final.slot
+    assert len(limiter.calls) == 2
+    far = FakeLimiter(Verdict(False, refused=0, retry_after=30.0))  # past P2's 2 s
+    decider, _ = queued_decider(far, max_concurrency=5)
+    shed = await decider.decide(chat("k-p2"))
+    assert isinstance(shed, Respond) and shed.reason == "shed_tier_budget"
+
+
+@pytest.mark.asyncio
+async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
+    decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
+    decision = await decider.decide(chat("k-p2", priority=-100))
+    assert json.loads(decision.replace_body)["priority"] == 2
+    p0 = await decider.decide(chat("k-p0"))
+    assert json.loads(p0.replace_body)["priority"] == 0
+    off, _ = queued_decider(FakeLimiter(), max_concurrency=5)
+    stripped = await off.decide(chat("k-p2", priority=-100))
+    assert "priority" not in json.loads(stripped.replace_body)
+    untouched = await off.decide(chat("k-p2"))
+    assert untouched.replace_body is None

@@ -182,3 +182,23 @@ async def test_headers_are_read_from_value_and_raw_value_and_lower_cased():
     await exchange.handle(message)
     assert decider.seen[0].headers["x-tenant"] == "a"
     assert decider.seen[0].path == "/v1/models"
+
+
+@pytest.mark.asyncio
+async def test_a_held_request_is_answered_twice_wait_then_decision():
+    from sidecar.policy.decision import Hold
+
+    async def resume():
+        return Admit(reason="admitted", slot="s-1")
+
+    seen = []
+    exchange = Exchange(
+        Recording(Hold(resume, max_wait=4.0)), on_decision=lambda d, s: seen.append(d)
+    )
+    await exchange.handle(request_headers())
+    answers = [a async for a in exchange.answers(request_body(BODY))]
+    assert [a.WhichOneof("response") for a in answers] == [None, "request_body"]
+    assert answers[0].override_message_timeout.ToTimedelta().total_seconds() == 5.0
+    assert [d.slot for d in seen] == ["s-1"]
+    assert exchange.admitted.slot == "s-1"
+    assert exchange.phase is Phase.RESPONSE_HEADERS
