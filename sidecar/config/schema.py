@@ -174,8 +174,11 @@ class OverloadConfig(_Strict):
 class QueueConfig(_Strict):
     # Starvation protection: a waiter goes first once it has waited this long...
     promote_after_seconds: Annotated[float, Field(gt=0)] = 1.0
-    # ...or once this many requests were released past it.
+    # ...or once this many requests were released past it. Promoted waiters get at most
+    # this share of the releases, so aging cannot turn a sustained overload into FIFO and
+    # make P0 wait behind a backlog of old P1 and P2 requests.
     promote_after_passed_over: Annotated[int, Field(ge=1)] = 50
+    promoted_share: Annotated[float, Field(ge=0, le=1)] = 0.1
     # While P1 has waiters it gets at least this share of the releases (the brief: P1 is
     # never squeezed out completely, even under sustained P0 load).
     p1_min_share: Annotated[float, Field(ge=0, le=1)] = 0.2

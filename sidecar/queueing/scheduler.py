@@ -1,12 +1,14 @@
 """Who is released next from the admission queue. Pure: no I/O, no clock of its own.
 
 Order, each time a slot frees:
-1. starving waiters first: the oldest waiter of any tier that has waited
+1. starving waiters: the oldest waiter of any tier that has waited
    `promote_after_seconds`, or a tier's head that `promote_after_passed_over` later
-   arrivals have overtaken;
-2. P1's minimum share: while P1 has waiters it earns `p1_min_share` of a release per
-   release, and goes next once it has earned a whole one;
+   arrivals have overtaken — up to `promoted_share` of the releases;
+2. P1's minimum share: while P1 has waiters it gets `p1_min_share` of the releases;
 3. otherwise strict priority, P0 before P1 before P2.
+Shares are kept as credit: each release while someone is entitled earns the share, a
+whole credit is a release. So P0 keeps at least 1 - promoted_share - p1_min_share of the
+releases whenever it waits, however long the overload lasts.
 Inside a tier, tenants take turns (round robin), so one tenant's burst cannot fill its
 tier's releases; each tenant's own requests stay in arrival order.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from sidecar.config.schema import QueueConfig, Tier
 
 PRIORITY = (Tier.P0, Tier.P1, Tier.P2)
+_EPSILON = 1e-9  # ten releases' worth of 0.1 sum to just under 1
 
 
 @dataclass(eq=False)
@@ -82,6 +85,7 @@ class Scheduler:
         self._queues = {tier: TierQueue() for tier in Tier}
         self._arrivals = 0
         self._p1_credit = 0.0
+        self._promotion_credit = 0.0
         self.releases = 0
 
     def __len__(self) -> int:
@@ -116,7 +120,17 @@ class Scheduler:
         if self._queues[Tier.P1]:
             # Each release while P1 waits earns it a share; a whole one is a release.
             self._p1_credit += self.config.p1_min_share
-        chosen = self._starving(now) or self._p1_due() or self._by_priority()
+        starving = self._starving(now)
+        if starving is None:
+            self._promotion_credit = 0.0
+        else:
+            self._promotion_credit += self.config.promoted_share
+        chosen = None
+        if starving is not None and self._promotion_credit >= 1.0 - _EPSILON:
+            self._promotion_credit -= 1.0
+            starving.promoted = True
+            chosen = starving
+        chosen = chosen or self._p1_due() or self._by_priority()
         assert chosen is not None
         self._queues[chosen.tier].remove(chosen)
         if chosen.tier is Tier.P1:
@@ -138,14 +152,10 @@ class Scheduler:
             head = queue.head()
             if head is not None and head.passed_over >= self.config.promote_after_passed_over:
                 starving.append(head)
-        if not starving:
-            return None
-        chosen = min(starving, key=lambda w: w.sequence)
-        chosen.promoted = True
-        return chosen
+        return min(starving, key=lambda w: w.sequence) if starving else None
 
     def _p1_due(self) -> Waiter | None:
-        if self._p1_credit >= 1.0 - 1e-9:  # float sums of 0.1 fall just short of 1
+        if self._p1_credit >= 1.0 - _EPSILON:
             return self._queues[Tier.P1].head()
         return None
 

@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable
 
-import redis.asyncio as aioredis
-from prometheus_client.parser import text_string_to_metric_families
+from sidecar.stack.admin_client import StackConfig, scrape, sidecar_config_version
 
-from sidecar.config.schema import QosConfig, Tenant
-from sidecar.config.store import ConfigStore
-
-
-def scrape(url: str) -> dict[str, float]:
-    """Prometheus samples by `name{labels}` (labels sorted), as floats."""
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}"] = sample.value
-    return samples
+__all__ = ["StackConfig", "decision_count", "scrape", "sidecar_config_version", "wait_until"]
 
 
 def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:
@@ -53,39 +36,3 @@ async def wait_until(check: Callable[[], bool], within: float = 10.0, what: str 
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not within {within} s: {what or check}")
-
-
-def sidecar_config_version(sidecar_admin_url: str) -> float:
-    return scrape(f"{sidecar_admin_url}/metrics").get("qos_config_version{}", -1.0)
-
-
-class StackConfig:
-    """Changes the configuration of a running stack and waits until its sidecar has it."""
-
-    def __init__(self, redis_url: str, sidecar_admin_url: str) -> None:
-        self._redis_url = redis_url
-        self._admin = sidecar_admin_url
-
-    def _run(self, change: Callable[[ConfigStore], Awaitable[int]]) -> int:
-        async def go() -> int:
-            client = aioredis.Redis.from_url(self._redis_url)
-            try:
-                return await change(ConfigStore(client))
-            finally:
-                await client.aclose()
-
-        # A thread of its own: callers may be inside a running event loop (async tests).
-        with ThreadPoolExecutor(1) as pool:
-            version = pool.submit(asyncio.run, go()).result()
-        deadline = time.monotonic() + 5
-        while sidecar_config_version(self._admin) < version:
-            assert time.monotonic() < deadline, f"sidecar never reached config v{version}"
-            time.sleep(0.01)
-        return version
-
-    def set(self, partial: dict[str, Any]) -> int:
-        return self._run(lambda store: store.save_config(QosConfig.from_partial(partial)))
-
-    def tenant(self, name: str, tier: str, api_key: str, **fields: Any) -> int:
-        tenant = Tenant(tier=tier, **fields)
-        return self._run(lambda store: store.put_tenant(name, tenant, api_key))

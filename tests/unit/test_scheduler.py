@@ -82,7 +82,9 @@ def test_p1_gets_its_minimum_share_under_sustained_p0_load(share, rounds):
 
 
 def test_a_long_waiting_p2_is_promoted_ahead_of_newer_p0():
-    scheduler = Scheduler(QueueConfig(promote_after_seconds=1.0, p1_min_share=0.0))
+    scheduler = Scheduler(
+        QueueConfig(promote_after_seconds=1.0, p1_min_share=0.0, promoted_share=1.0)
+    )
     old = waiter(Tier.P2, at=0.0)
     scheduler.add(old)
     scheduler.add(waiter(Tier.P0, at=0.5))
@@ -94,7 +96,12 @@ def test_a_long_waiting_p2_is_promoted_ahead_of_newer_p0():
 
 def test_a_head_overtaken_often_enough_is_promoted():
     scheduler = Scheduler(
-        QueueConfig(promote_after_seconds=1e9, promote_after_passed_over=3, p1_min_share=0.0)
+        QueueConfig(
+            promote_after_seconds=1e9,
+            promote_after_passed_over=3,
+            p1_min_share=0.0,
+            promoted_share=1.0,
+        )
     )
     patient = waiter(Tier.P2)
     scheduler.add(patient)
@@ -116,3 +123,26 @@ def test_removing_waiters_and_newcomers_queueing_behind_higher_tiers():
     assert not scheduler.waiting_at_or_above(Tier.P0)
     assert drain(scheduler) == [stays]
     assert scheduler.release_next(0.0) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    promoted=st.sampled_from([0.05, 0.1, 0.25]),
+    p1=st.sampled_from([0.0, 0.2]),
+    rounds=st.integers(40, 200),
+)
+def test_p0_keeps_its_share_however_long_everyone_else_has_waited(promoted, p1, rounds):
+    scheduler = Scheduler(
+        QueueConfig(promote_after_seconds=0.5, promoted_share=promoted, p1_min_share=p1)
+    )
+    for tier in (Tier.P1, Tier.P2):
+        for _ in range(rounds):
+            scheduler.add(waiter(tier, at=0.0))  # all of them long past starving
+    released = []
+    for step in range(rounds):
+        scheduler.add(waiter(Tier.P0, at=10.0 + step))
+        released.append(scheduler.release_next(10.0 + step).tier)
+    assert released.count(Tier.P0) >= int((1 - promoted - p1) * rounds) - 1
+    # The starving (the oldest first: here P1's) do move, at their share; a promoted P1
+    # release counts towards P1's share too.
+    assert len(released) - released.count(Tier.P0) >= int(max(promoted, p1) * rounds) - 1
