@@ -43,6 +43,12 @@ class SidecarMetrics:
             ["tier", "how"],
             registry=self.registry,
         )
+        self.adjustments = Counter(
+            "qos_controller_adjustments",
+            "Budget moves the SLO controller made (this sidecar, while it led).",
+            ["direction"],
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

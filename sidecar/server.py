@@ -17,7 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sidecar import logs
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
-from sidecar.config.store import Snapshot
+from sidecar.config.schema import Tier
+from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
@@ -26,11 +27,17 @@ from sidecar.metrics import SidecarMetrics
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
+from sidecar.policy.decision import Admit
 from sidecar.queueing.metrics import QueueCollector
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.queue import AdmissionQueue
 from sidecar.queueing.slots import SlotTable
 from sidecar.settings import SidecarSettings
+from sidecar.slo.control import Adjustment
+from sidecar.slo.controller import SloController
+from sidecar.slo.lease import Lease
+from sidecar.slo.metrics import SloCollector
+from sidecar.slo.samples import LATENCY, TTFT, SampleRecorder, SampleStore
 
 Settings = SidecarSettings
 
@@ -77,10 +84,35 @@ class SidecarServer:
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
         self._access_log = AccessLogReceiver(self._exchange_ended)
+        samples = SampleStore(self.redis)
+        self.samples = SampleRecorder(samples, lambda: self.watcher.current.config)
+        self.controller = SloController(
+            samples,
+            ConfigStore(self.redis),
+            Lease(self.redis, sidecar_id),
+            self._snapshot,
+            on_adjust=lambda step: self.metrics.adjustments.labels(_direction(step)).inc(),
+        )
+        self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
 
     def _exchange_ended(self, end: ExchangeEnd) -> None:
-        if self.queue.release(end.slot) is not None:
-            self.metrics.exchange_ends.labels(end.tier or "none", _how(end)).inc()
+        slot = self.queue.release(end.slot)
+        if slot is None:
+            return
+        how = _how(end)
+        self.metrics.exchange_ends.labels(slot.tier.value, how).inc()
+        # A whole answer's SLO is its total time; a streamed one's is its first token's.
+        if not slot.stream and how != "client_gone" and end.seconds_total is not None:
+            self.samples.record(
+                slot.tier,
+                LATENCY,
+                end.seconds_total,
+                failed=end.status >= 500 or how != "completed",
+            )
+
+    def _first_byte(self, admitted: Admit, seconds: float) -> None:
+        if admitted.tier:
+            self.samples.record(Tier(admitted.tier), TTFT, seconds)
 
     def _stream_ended_early(self, slot: str) -> None:
         released = self.queue.release(slot)
@@ -94,11 +126,14 @@ class SidecarServer:
         await self.watcher.start()
         await self.monitor.start()
         await self.queue.start()
+        await self.samples.start()
+        await self.controller.start()
         decider = build_decider(self.settings, self.redis, self.watcher, self.monitor, self.queue)
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
-            ExternalProcessor(decider, self.metrics, self._stream_ended_early), self._grpc
+            ExternalProcessor(decider, self.metrics, self._stream_ended_early, self._first_byte),
+            self._grpc,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
@@ -126,11 +161,17 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        await self.controller.stop()
+        await self.samples.stop()
         await self.queue.stop()
         await self.monitor.stop()
         await self.watcher.stop()
         await self.redis.aclose()
         log.info("sidecar stopped")
+
+
+def _direction(step: Adjustment) -> str:
+    return "to_p0" if "back to P0" in step.reason else "from_p0"
 
 
 def _how(end: ExchangeEnd) -> str:

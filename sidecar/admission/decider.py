@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class AdmissionDecider:
         shedding: Callable[[], SheddingState] = SheddingState,
         queue: AdmissionQueue | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sample: Callable[[], float] = random.random,
     ) -> None:
         self._snapshot = snapshot
         self._identity = identity
@@ -85,6 +87,7 @@ class AdmissionDecider:
         self._shedding = shedding
         self._queue = queue
         self._clock = clock
+        self._sample = sample
 
     async def decide(self, request: RequestView) -> Decision:
         snapshot = self._snapshot()
@@ -200,7 +203,9 @@ class AdmissionDecider:
     ) -> Final:
         assert self._queue is not None
         try:
-            slot = await self._queue.wait(request.tier, request.identity.tenant_label, max_wait)
+            slot = await self._queue.wait(
+                request.tier, request.identity.tenant_label, max_wait, request.completion.stream
+            )
         except QueueFull:
             return request.refuse(Reason.SHED_QUEUE_FULL)
         if slot is None:
@@ -214,7 +219,7 @@ class AdmissionDecider:
 def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:
     tier = identity.tier
     config = snapshot.config
-    rate = config.tier_rate(tier)
+    rate = snapshot.tier_rate(tier)
     buckets = [
         BucketSpec(tier_bucket_key(tier.value), rate, rate * config.tiers[tier].burst_seconds)
     ]

@@ -192,6 +192,77 @@ class EngineConfig(_Strict):
     send_priority: bool = False
 
 
+class TierSlo(_Strict):
+    # A streamed answer meets its SLO when its first token comes within ttft_ms; a whole
+    # answer when it is complete within latency_ms.
+    ttft_ms: Positive
+    latency_ms: Positive
+    # The share of requests that must meet it.
+    compliance: Annotated[float, Field(gt=0, le=1)]
+
+
+class TierSlos(_Strict):
+    p0: TierSlo = TierSlo(ttft_ms=1000, latency_ms=10_000, compliance=0.99)
+    p1: TierSlo = TierSlo(ttft_ms=3000, latency_ms=30_000, compliance=0.95)
+    p2: TierSlo = TierSlo(ttft_ms=10_000, latency_ms=120_000, compliance=0.90)
+
+    def __getitem__(self, tier: Tier) -> TierSlo:
+        return getattr(self, tier.value)
+
+
+class SloConfig(_Strict):
+    targets: TierSlos = TierSlos()
+    # Compliance is computed over the last `window` samples of a tier, cluster-wide,
+    # leaving out those older than max_sample_age_seconds: stale samples never steer.
+    window: Annotated[int, Field(ge=10, le=100_000)] = 1000
+    max_sample_age_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # Fewer fresh samples than this and the controller does not act on the tier.
+    min_samples: Annotated[int, Field(ge=1)] = 50
+    # Share of streamed answers whose first token is timed (each costs the sidecar one
+    # message per chunk of that answer: bench/completion_signal.py).
+    ttft_sample_rate: Annotated[float, Field(ge=0, le=1)] = 0.25
+
+
+class TierBounds(_Strict):
+    p0: Share = 0.40
+    p1: Share = 0.35  # P1's minimum guarantee
+    p2: Share = 0.01
+
+    def __getitem__(self, tier: Tier) -> float:
+        return getattr(self, tier.value)
+
+
+class TierCeilings(TierBounds):
+    p0: Share = 0.90
+    p1: Share = 0.60
+    p2: Share = 0.30
+
+
+class ControllerConfig(_Strict):
+    enabled: bool = True
+    interval_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
+    cooldown_seconds: Annotated[float, Field(ge=0)] = 5.0
+    # P0 compliance at or above this is comfortably above target: give some rate away.
+    give_above: Annotated[float, Field(gt=0, le=1)] = 0.998
+    give_step: Annotated[float, Field(gt=0, le=0.5)] = 0.05
+    # Below this P0 is in trouble: take rate back from P1 and P2.
+    take_below: Annotated[float, Field(gt=0, le=1)] = 0.95
+    take_step: Annotated[float, Field(gt=0, le=0.5)] = 0.10
+    floors: TierBounds = TierBounds()
+    ceilings: TierCeilings = TierCeilings()
+    # One controller at a time: the holder of a Redis lease this long, renewed each tick.
+    lease_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
+
+    @model_validator(mode="after")
+    def _sane(self) -> ControllerConfig:
+        if self.take_below >= self.give_above:
+            raise ValueError("controller.take_below must be below controller.give_above")
+        for tier in Tier:
+            if self.floors[tier] > self.ceilings[tier]:
+                raise ValueError(f"controller.floors.{tier.value} is above its ceiling")
+        return self
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
@@ -199,6 +270,20 @@ class QosConfig(_Strict):
     overload: OverloadConfig = OverloadConfig()
     queue: QueueConfig = QueueConfig()
     engine: EngineConfig = EngineConfig()
+    slo: SloConfig = SloConfig()
+    controller: ControllerConfig = ControllerConfig()
+
+    @model_validator(mode="after")
+    def _shares_within_bounds(self) -> QosConfig:
+        for tier in Tier:
+            share = self.tiers[tier].share
+            floor, ceiling = self.controller.floors[tier], self.controller.ceilings[tier]
+            if not floor <= share <= ceiling:
+                raise ValueError(
+                    f"tiers.{tier.value}.share {share:g} is outside the controller's bounds "
+                    f"[{floor:g}, {ceiling:g}] (controller.floors / controller.ceilings)"
+                )
+        return self
 
     @classmethod
     def from_partial(cls, data: dict[str, Any]) -> QosConfig:

@@ -7,6 +7,9 @@ so a missed message is caught within the poll interval.
 
     qos:{qos-config}:doc             the QosConfig document, JSON
     qos:{qos-config}:mode            the OperatorMode, JSON
+    qos:{qos-config}:shares          tier shares set by the SLO controller, JSON (none: the
+                                     document's own)
+    qos:{qos-config}:adjustments     the controller's last adjustments, newest first, JSON
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
@@ -17,16 +20,21 @@ so a missed message is caught within the poll interval.
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as redis
 
-from sidecar.config.schema import OperatorMode, QosConfig, Tenant
+from sidecar.config.schema import OperatorMode, QosConfig, Tenant, Tier
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
 MODE_KEY = f"{_PREFIX}:mode"
+SHARES_KEY = f"{_PREFIX}:shares"
+ADJUSTMENTS_KEY = f"{_PREFIX}:adjustments"
+ADJUSTMENTS_KEPT = 100
 VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
@@ -51,6 +59,14 @@ class Snapshot:
     config: QosConfig = field(default_factory=QosConfig)
     tenants: dict[str, Tenant] = field(default_factory=dict)
     mode: OperatorMode = field(default_factory=OperatorMode)
+    shares: dict[Tier, float] | None = None  # the SLO controller's, when it has moved any
+
+    def share(self, tier: Tier) -> float:
+        return self.shares[tier] if self.shares else self.config.tiers[tier].share
+
+    def tier_rate(self, tier: Tier) -> float:
+        """The tier's bucket refill rate in tokens a second, as the controller has it."""
+        return self.share(tier) * self.config.fleet.capacity_tokens_per_second
 
 
 class ConfigStore:
@@ -63,19 +79,43 @@ class ConfigStore:
     async def load(self) -> Snapshot:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY).get(MODE_KEY)
-            version, doc, tenants, mode = await pipe.execute()
+            pipe.get(SHARES_KEY)
+            version, doc, tenants, mode, shares = await pipe.execute()
         try:
             config = QosConfig.model_validate_json(doc) if doc else QosConfig()
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
             }
             operator_mode = OperatorMode.model_validate_json(mode) if mode else OperatorMode()
-        except ValueError as error:
+            moved = {Tier(t): float(v) for t, v in json.loads(shares).items()} if shares else None
+        except (ValueError, KeyError) as error:
             raise ConfigInvalid(f"the configuration in Redis is invalid: {error}") from error
-        return Snapshot(int(version or 0), config, parsed, operator_mode)
+        return Snapshot(int(version or 0), config, parsed, operator_mode, moved)
 
     async def save_config(self, config: QosConfig) -> int:
-        return await self._change(lambda pipe: pipe.set(DOC_KEY, config.model_dump_json()))
+        """A new document; the controller starts again from its shares."""
+
+        def change(pipe: Any) -> None:
+            pipe.set(DOC_KEY, config.model_dump_json())
+            pipe.delete(SHARES_KEY)
+
+        return await self._change(change)
+
+    async def save_shares(self, shares: dict[Tier, float], reason: str) -> int:
+        """The SLO controller's new shares, and a line of history saying why."""
+        document = {tier.value: round(share, 6) for tier, share in shares.items()}
+        entry = json.dumps({"at": time.time(), "reason": reason, "shares": document})
+
+        def change(pipe: Any) -> None:
+            pipe.set(SHARES_KEY, json.dumps(document))
+            pipe.lpush(ADJUSTMENTS_KEY, entry)
+            pipe.ltrim(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
+
+        return await self._change(change)
+
+    async def adjustments(self, count: int = 20) -> list[dict[str, Any]]:
+        """The controller's latest adjustments, newest first."""
+        return [json.loads(x) for x in await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)]
 
     async def save_mode(self, mode: OperatorMode) -> int:
         return await self._change(lambda pipe: pipe.set(MODE_KEY, mode.model_dump_json()))

@@ -53,9 +53,13 @@ class Exchange:
         self,
         decider: Decider,
         on_decision: Callable[[Decision, float], None] | None = None,
+        on_first_byte: Callable[[Admit, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._on_decision = on_decision
+        self._on_first_byte = on_first_byte
+        self.started = time.monotonic()  # the stream opens as the request arrives
+        self.first_byte_after: float | None = None
         self.phase = Phase.REQUEST_HEADERS
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
@@ -117,9 +121,18 @@ class Exchange:
         status = messages.header_dict(headers).get(":status", "")
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
-        yield messages.continue_message("response_headers")
+        admitted = self.admitted
+        if admitted and admitted.time_first_byte and self.phase is Phase.RESPONSE_BODY:
+            yield messages.watch_body_message()
+        else:
+            yield messages.continue_message("response_headers")
 
     async def _on_response_body(self, body: ext_proc.HttpBody) -> Answers:
+        if body.body and self.first_byte_after is None:
+            # Time to first token, as the client sees it: queue, prefill, first chunk.
+            self.first_byte_after = time.monotonic() - self.started
+            if self._on_first_byte is not None and self.admitted is not None:
+                self._on_first_byte(self.admitted, self.first_byte_after)
         if body.end_of_stream:
             self.phase = Phase.DONE
         yield messages.continue_message("response_body")

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
@@ -63,6 +64,17 @@ def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
     if set_headers or admit.remove_headers:
         common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
+
+
+def watch_body_message() -> ext_proc.ProcessingResponse:
+    """Continue the response headers, and send this response's body chunks too (to time
+    the first token); needs allow_mode_override in the filter config."""
+    return ext_proc.ProcessingResponse(
+        response_headers=ext_proc.HeadersResponse(),
+        mode_override=processing_mode_pb2.ProcessingMode(
+            response_body_mode=processing_mode_pb2.ProcessingMode.STREAMED
+        ),
+    )
 
 
 def hold_message(seconds: float) -> ext_proc.ProcessingResponse:

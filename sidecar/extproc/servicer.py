@@ -22,17 +22,19 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         decider: Decider,
         metrics: SidecarMetrics,
         release_slot: Callable[[str], object] | None = None,
+        on_first_byte: Callable[[Admit, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
         self._release_slot = release_slot
+        self._on_first_byte = on_first_byte
 
     async def Process(
         self,
         request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[ext_proc.ProcessingResponse]:
-        exchange = Exchange(self._decider, on_decision=self._record)
+        exchange = Exchange(self._decider, self._record, self._on_first_byte)
         self._metrics.streams_open.inc()
         try:
             async for message in request_iterator:

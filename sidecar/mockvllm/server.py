@@ -175,10 +175,12 @@ class MockVllm:
                 **extra_headers,
             }
         )
-        await response.prepare(request)
-        if shaper.endpoint is Endpoint.CHAT:
-            await response.write(shaper.chunk(None, first=True, with_usage_field=include_usage))
+        await response.prepare(request)  # headers go out at once, as uvicorn sends them
+        first = shaper.endpoint is Endpoint.CHAT
         while (token := await sequence.output.get()) is not None:
+            if first:  # like vLLM: the role chunk comes with the first token
+                await response.write(shaper.chunk(None, first=True, with_usage_field=include_usage))
+                first = False
             # The engine queues a sequence's last token and its end marker together, so
             # the last token is known when only the marker is left behind it.
             last = sequence.finished and sequence.output.qsize() == 1

@@ -31,6 +31,7 @@ class Admit:
     tier: str = ""
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
+    time_first_byte: bool = False  # watch the response body for the first token's time
 
 
 @dataclass(frozen=True)

@@ -64,19 +64,21 @@ class AdmissionQueue:
 
     # -- taking and giving back slots -------------------------------------------------------
 
-    def try_take(self, tier: Tier, tenant: str) -> Slot | None:
+    def try_take(self, tier: Tier, tenant: str, stream: bool = False) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
         if self.free_slots() > 0 and not self.scheduler.waiting_at_or_above(tier):
-            return self.slots.take(tier, tenant)
+            return self.slots.take(tier, tenant, stream)
         return None
 
-    async def wait(self, tier: Tier, tenant: str, max_wait: float) -> Slot | None:
+    async def wait(
+        self, tier: Tier, tenant: str, max_wait: float, stream: bool = False
+    ) -> Slot | None:
         """A slot within `max_wait` seconds, or None."""
         config = self._config()
         if self.scheduler.waiting(tier) >= config.tiers[tier].max_queue_length:
             raise QueueFull
         self.scheduler.config = config.queue
-        waiter = Waiter(tier, tenant, self._clock())
+        waiter = Waiter(tier, tenant, self._clock(), stream=stream)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter] = future
         self.scheduler.add(waiter)
@@ -114,7 +116,7 @@ class AdmissionQueue:
             future = self._futures.pop(waiter, None)
             if future is None or future.done():
                 continue
-            future.set_result(self.slots.take(waiter.tier, waiter.tenant))
+            future.set_result(self.slots.take(waiter.tier, waiter.tenant, waiter.stream))
 
     # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
 

@@ -30,6 +30,7 @@ class Waiter:
     tier: Tier
     tenant: str
     enqueued_at: float
+    stream: bool = False  # carried to the slot it gets
     sequence: int = 0  # arrival order, set by the scheduler
     passed_over: int = 0
     released_at: float | None = None

@@ -19,6 +19,7 @@ class Slot:
     tier: Tier
     tenant: str
     taken_at: float
+    stream: bool = False
 
 
 class SlotTable:
@@ -39,8 +40,8 @@ class SlotTable:
     def by_tier(self) -> Counter[Tier]:
         return Counter(slot.tier for slot in self._slots.values())
 
-    def take(self, tier: Tier, tenant: str) -> Slot:
-        slot = Slot(f"{self.owner}-{next(self._numbers)}", tier, tenant, self._clock())
+    def take(self, tier: Tier, tenant: str, stream: bool = False) -> Slot:
+        slot = Slot(f"{self.owner}-{next(self._numbers)}", tier, tenant, self._clock(), stream)
         self._slots[slot.id] = slot
         return slot
 

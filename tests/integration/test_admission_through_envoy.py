@@ -41,6 +41,7 @@ def p2_exhausted(stack, config):
         {
             "fleet": {"capacity_tokens_per_second": 1000},
             "tiers": {"p2": {"share": 0.0001, "burst_seconds": 100}},
+            "controller": {"floors": {"p2": 0.0001}},
         }
     )
     with client(stack) as bulk:
@@ -94,6 +95,7 @@ def test_tiers_that_prefer_errors_get_a_rate_limit_error(stack, p2_exhausted):
         {
             "fleet": {"capacity_tokens_per_second": 1000},
             "tiers": {"p2": {"share": 0.0001, "burst_seconds": 100, "fallback": "error"}},
+            "controller": {"floors": {"p2": 0.0001}},
         }
     )
     with client(stack) as bulk, pytest.raises(openai.RateLimitError) as refused:

@@ -1,0 +1,56 @@
+"""SLO compliance, tier shares and controller leadership for Prometheus, at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sidecar.config.schema import Tier
+from sidecar.config.store import Snapshot
+from sidecar.slo.controller import SloController
+
+
+class SloCollector(Collector):
+    def __init__(self, controller: SloController, snapshot: Callable[[], Snapshot]) -> None:
+        self._controller = controller
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot()
+        compliance = GaugeMetricFamily(
+            "qos_slo_compliance_ratio",
+            "Share of the tier's fresh samples, cluster-wide, that met its SLO.",
+            labels=["tier"],
+        )
+        samples = GaugeMetricFamily(
+            "qos_slo_samples", "Fresh samples in the tier's cluster-wide window.", labels=["tier"]
+        )
+        target = GaugeMetricFamily(
+            "qos_slo_target_ratio", "The compliance the tier's SLO asks for.", labels=["tier"]
+        )
+        share = GaugeMetricFamily(
+            "qos_tier_share_ratio",
+            "The tier's share of the fleet's rate, as in force.",
+            labels=["tier"],
+        )
+        rate = GaugeMetricFamily(
+            "qos_tier_rate_tokens_per_second",
+            "The tier's bucket refill rate in force.",
+            labels=["tier"],
+        )
+        for tier in Tier:
+            measured = self._controller.compliance[tier]
+            if measured.ratio is not None:
+                compliance.add_metric([tier.value], measured.ratio)
+            samples.add_metric([tier.value], measured.samples)
+            target.add_metric([tier.value], snapshot.config.slo.targets[tier].compliance)
+            share.add_metric([tier.value], snapshot.share(tier))
+            rate.add_metric([tier.value], snapshot.tier_rate(tier))
+        yield from (compliance, samples, target, share, rate)
+        yield GaugeMetricFamily(
+            "qos_controller_leader",
+            "1 on the sidecar holding the SLO controller lease.",
+            value=1 if self._controller.leading else 0,
+        )

@@ -1,0 +1,124 @@
+"""Latency samples per tier: recorded by every sidecar, windowed cluster-wide in Redis.
+
+Each sidecar buffers its samples and adds them to Redis every 250 ms (one call), where
+each tier keeps its last `slo.window` samples from all sidecars together. Compliance is
+the share of a tier's fresh samples (younger than `slo.max_sample_age_seconds`) that met
+the tier's target: time to first token for streamed answers, total time otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+
+import redis.asyncio as redis
+
+from sidecar.config.schema import QosConfig, Tier
+from sidecar.slo.control import Compliance
+
+log = logging.getLogger(__name__)
+
+TTFT, LATENCY = "ttft", "latency"
+_PUSH = resources.files("sidecar.slo").joinpath("push_samples.lua").read_text()
+
+
+def samples_key(tier: Tier) -> str:
+    return f"qos:{{qos-slo}}:samples:{tier.value}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    age_seconds: float
+    met: bool
+    value_ms: float
+    kind: str
+
+
+def met_target(config: QosConfig, tier: Tier, kind: str, seconds: float) -> bool:
+    target = config.slo.targets[tier]
+    limit = target.ttft_ms if kind == TTFT else target.latency_ms
+    return seconds * 1000 <= limit
+
+
+def compliance(samples: list[Sample], max_age: float, min_samples: int) -> Compliance:
+    fresh = [s for s in samples if s.age_seconds <= max_age]
+    if len(fresh) < min_samples:
+        return Compliance(None, len(fresh))
+    return Compliance(sum(s.met for s in fresh) / len(fresh), len(fresh))
+
+
+class SampleStore:
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self._push = client.register_script(_PUSH)
+
+    async def push(self, batch: dict[Tier, list[tuple[bool, float, str]]], window: int) -> None:
+        keys, args = [], [window]
+        for tier, samples in batch.items():
+            keys.append(samples_key(tier))
+            args.append(len(samples))
+            args += [f"{int(met)} {value:.1f} {kind}" for met, value, kind in samples]
+        await self._push(keys=keys, args=args)
+
+    async def read(self, window: int) -> dict[Tier, list[Sample]]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for tier in Tier:
+                pipe.lrange(samples_key(tier), 0, window - 1)
+            (seconds, micros), *lists = await pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        result = {}
+        for tier, entries in zip(Tier, lists, strict=True):
+            parsed = []
+            for entry in entries:
+                stamp, met, value, kind = entry.split()
+                parsed.append(
+                    Sample((now_ms - int(stamp)) / 1000, met == b"1", float(value), kind.decode())
+                )
+            result[tier] = parsed
+        return result
+
+
+class SampleRecorder:
+    """Buffers this sidecar's samples and adds them to the cluster's windows."""
+
+    def __init__(
+        self, store: SampleStore, config: Callable[[], QosConfig], flush_seconds: float = 0.25
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._flush_seconds = flush_seconds
+        self._buffer: dict[Tier, list[tuple[bool, float, str]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.recorded = 0
+
+    def record(self, tier: Tier, kind: str, seconds: float, failed: bool = False) -> None:
+        met = not failed and met_target(self._config(), tier, kind, seconds)
+        self._buffer.setdefault(tier, []).append((met, seconds * 1000, kind))
+        self.recorded += 1
+
+    async def flush(self) -> None:
+        batch, self._buffer = self._buffer, {}
+        if batch:
+            await self._store.push(batch, self._config().slo.window)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="slo-samples")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._flush_seconds)
+            try:
+                await self.flush()
+            except redis.RedisError as error:
+                log.debug("samples not stored: %s", error)  # lost: they would go stale
