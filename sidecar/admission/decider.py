@@ -9,6 +9,7 @@ identify ─▶ parse + validate ─▶ guards ─▶ overload shed? ─▶ budg
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -186,11 +187,10 @@ class AdmissionDecider:
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
         if self._queue is None:
             return _admit(request.view, request.identity, _engine_body(request), reason)
-        slot = self._queue.try_take(request.tier, request.identity.tenant_label)
+        stream = request.completion.stream
+        slot = self._queue.try_take(request.tier, request.identity.tenant_label, stream)
         if slot is not None:
-            return _admit(
-                request.view, request.identity, _engine_body(request), reason, slot.id, 0.0
-            )
+            return self._admit_with_slot(request, reason, slot.id, 0.0)
         max_wait = request.tier_config.max_queue_wait_seconds
         return Hold(
             lambda: self._wait_for_slot(request, max_wait, self._clock(), reason),
@@ -210,10 +210,15 @@ class AdmissionDecider:
             return request.refuse(Reason.SHED_QUEUE_FULL)
         if slot is None:
             return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
-        waited = self._clock() - started
-        return _admit(
-            request.view, request.identity, _engine_body(request), reason, slot.id, waited
-        )
+        return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
+
+    def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
+        admit = _admit(request.view, request.identity, _engine_body(request), reason, slot, waited)
+        rate = request.snapshot.config.slo.ttft_sample_rate
+        if request.completion.stream and rate > 0 and self._sample() < rate:
+            # Time this stream's first token: its response body will be watched.
+            return dataclasses.replace(admit, time_first_byte=True)
+        return admit
 
 
 def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:

@@ -274,3 +274,12 @@ async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     assert "priority" not in json.loads(stripped.replace_body)
     untouched = await off.decide(chat("k-p2"))
     assert untouched.replace_body is None
+
+
+@pytest.mark.asyncio
+async def test_streamed_answers_are_sampled_for_their_first_token_time():
+    decider, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 1.0})
+    assert (await decider.decide(chat("k-p2", stream=True))).time_first_byte
+    assert not (await decider.decide(chat("k-p2"))).time_first_byte
+    never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
+    assert not (await never.decide(chat("k-p2", stream=True))).time_first_byte

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
@@ -202,3 +203,33 @@ async def test_a_held_request_is_answered_twice_wait_then_decision():
     assert [d.slot for d in seen] == ["s-1"]
     assert exchange.admitted.slot == "s-1"
     assert exchange.phase is Phase.RESPONSE_HEADERS
+
+
+@pytest.mark.asyncio
+async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
+    firsts = []
+    exchange = Exchange(
+        Recording(Admit(slot="s", tier="p0", time_first_byte=True)),
+        on_first_byte=lambda admit, seconds: firsts.append((admit.slot, seconds)),
+    )
+    await exchange.handle(request_headers())
+    await exchange.handle(request_body(BODY))
+    answer = await exchange.handle(response_headers())
+    assert answer.mode_override.response_body_mode == ProcessingMode.STREAMED
+    for chunk, last in ((b"data: 1\n\n", False), (b"data: 2\n\n", False), (b"", True)):
+        await exchange.handle(
+            ext_proc.ProcessingRequest(
+                response_body=ext_proc.HttpBody(body=chunk, end_of_stream=last)
+            )
+        )
+    assert [slot for slot, _ in firsts] == ["s"]  # once, at the first chunk
+    assert firsts[0][1] >= 0 and exchange.phase is Phase.DONE
+
+
+@pytest.mark.asyncio
+async def test_unsampled_streams_are_not_watched():
+    exchange = Exchange(Recording(Admit(slot="s", tier="p0")))
+    await exchange.handle(request_headers())
+    await exchange.handle(request_body(BODY))
+    answer = await exchange.handle(response_headers())
+    assert not answer.HasField("mode_override")
