@@ -255,6 +255,8 @@ class ControllerConfig(_Strict):
 
     @model_validator(mode="after")
     def _sane(self) -> ControllerConfig:
+        if self.lease_seconds < 3 * self.interval_seconds:
+            raise ValueError("controller.lease_seconds must be at least 3 interval_seconds")
         if self.take_below >= self.give_above:
             raise ValueError("controller.take_below must be below controller.give_above")
         for tier in Tier:

@@ -66,7 +66,13 @@ class SloController:
             for tier in Tier
         }
         was_leading = self.leading
-        self.leading = await self._lease.hold(config.controller.lease_seconds)
+        # The key lives one tick less than the lease: renewed every tick, it never runs
+        # out while its holder lives, and a follower's next tick after it runs out falls
+        # within the lease time of the holder's death.
+        controller = config.controller
+        self.leading = await self._lease.hold(
+            controller.lease_seconds - controller.interval_seconds
+        )
         if self.leading != was_leading:
             log.info(
                 "SLO controller lease " + ("taken" if self.leading else "lost"),

@@ -48,7 +48,7 @@ async def test_killing_the_controller_hands_control_to_another_within_the_lease(
     killed_at = time.monotonic()
     await wait_until(lambda: leader(other.admin_url), within=lease + 2, what="handover")
     handover = time.monotonic() - killed_at
-    assert handover <= lease + interval + 0.5  # the lease's life, one tick, and slack
+    assert handover <= lease + 0.3  # within the lease time (and a little scheduling slack)
 
 
 P0_KEY, P2_KEY = "slo-p0", "slo-p2"
