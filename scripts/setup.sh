@@ -9,9 +9,13 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# ensure_system_packages [COMMAND:PACKAGE ...]: redis-server and Python, plus these.
 ensure_system_packages() {
-  local missing=()
+  local missing=() wanted
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  for wanted in "$@"; do
+    command -v "${wanted%%:*}" >/dev/null 2>&1 || missing+=("${wanted#*:}")
+  done
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
   if [ "${#missing[@]}" -gt 0 ]; then

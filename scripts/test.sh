@@ -2,7 +2,8 @@
 # Install what the tests need, then lint and run the whole suite.
 # Extra arguments go to pytest.
 source "$(dirname "$0")/setup.sh"
-ensure_system_packages
+# promtool checks the metrics; Chromium and its driver run the dashboard's browser test.
+ensure_system_packages promtool:prometheus chromium:chromium chromedriver:chromium-driver
 ensure_venv test
 cd "$ROOT"
 "$VENV/bin/ruff" check .

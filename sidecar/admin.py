@@ -11,6 +11,9 @@ from sidecar.metrics import SidecarMetrics
 
 
 def admin_app(metrics: SidecarMetrics, is_ready: Callable[[], bool]) -> web.Application:
+    """Health and metrics, open (bind the admin port to localhost or a private network);
+    the dashboard adds its own routes, behind the admin token."""
+
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 

@@ -20,6 +20,7 @@ from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
+from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
@@ -32,6 +33,7 @@ from sidecar.queueing.metrics import QueueCollector
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.queue import AdmissionQueue
 from sidecar.queueing.slots import SlotTable
+from sidecar.redis_errors import RedisErrorCollector
 from sidecar.settings import SidecarSettings
 from sidecar.slo.control import Adjustment
 from sidecar.slo.controller import SloController
@@ -68,6 +70,8 @@ class SidecarServer:
             settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
         )
         self.watcher = ConfigWatcher(self.redis)
+        self.config_store = ConfigStore(self.redis)
+        self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         reports = ReportStore(self.redis)
         sidecar_id = secrets.token_hex(4)
@@ -94,6 +98,7 @@ class SidecarServer:
             on_adjust=lambda step: self.metrics.adjustments.labels(_direction(step)).inc(),
         )
         self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
+        self.metrics.registry.register(RedisErrorCollector())
 
     def _exchange_ended(self, end: ExchangeEnd) -> None:
         slot = self.queue.release(end.slot)
@@ -138,12 +143,21 @@ class SidecarServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
         await self._grpc.start()
-        self._admin = web.AppRunner(admin_app(self.metrics, lambda: self._ready))
+        app = admin_app(self.metrics, lambda: self._ready)
+        add_dashboard_routes(app, self, self.admin_token)
+        self._admin = web.AppRunner(app)
         await self._admin.setup()
         await web.TCPSite(self._admin, self.settings.admin_host, self.settings.admin_port).start()
         for service in ("", EXT_PROC_SERVICE, LOAD_REPORTER_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready = True
+        if not self.settings.admin_token:
+            log.info(
+                "dashboard: http://%s:%s/dashboard?token=%s",
+                self.settings.admin_host,
+                self.settings.admin_port,
+                self.admin_token,
+            )
         log.info(
             "sidecar serving",
             extra={

@@ -25,6 +25,11 @@ class SidecarSettings:
     drain_seconds: float = setting(
         10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"
     )
+    admin_token: str = setting(
+        "",
+        "QOS_ADMIN_TOKEN",
+        "token for the dashboard and its API (default: one is made and logged at start)",
+    )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
 
     @property

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
@@ -139,6 +140,7 @@ class AdmissionDecider:
         try:
             verdict = await self._limiter.acquire(cost, buckets)
         except redis.RedisError as error:
+            redis_errors.note("limiter")
             # Budgets are shared through Redis; without it, admit rather than refuse all.
             log.warning("limiter unavailable, admitting: %s", error)
             return await self._take_slot(request, "limiter_unavailable")

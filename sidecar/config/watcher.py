@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.config.store import CHANGED_CHANNEL, ConfigInvalid, ConfigStore, Snapshot
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class ConfigWatcher:
             await self._store.seed_defaults()
             await self.refresh()
         except redis.RedisError as error:
+            redis_errors.note("config")
             log.warning("config not loaded, running on defaults: %s", error)
         self._tasks = [
             asyncio.create_task(self._poll(), name="config-poll"),
@@ -85,5 +87,6 @@ class ConfigWatcher:
                         if message.get("type") == "message":
                             await self.refresh()
             except redis.RedisError as error:
+                redis_errors.note("config")
                 log.debug("config channel lost (%s); the poll covers until it is back", error)
                 await asyncio.sleep(self._poll_seconds)

@@ -18,6 +18,7 @@ import redis.asyncio as redis
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sidecar import redis_errors
 from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import aggregate
@@ -93,6 +94,7 @@ class LoadMonitor:
             try:
                 await self.refresh()
             except redis.RedisError as error:
+                redis_errors.note("load_reports")
                 log.debug("pod reports not read: %s", error)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import grpc
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.config.store import Snapshot
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.overload.reports import ReportStore
@@ -31,6 +32,7 @@ class LoadReporterService(load_report_pb2_grpc.LoadReporterServicer):
         try:
             await self._store.put(request, ttl)
         except redis.RedisError as error:
+            redis_errors.note("load_reports")
             log.warning("load report not stored: %s", error)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "Redis unavailable")
         return load_report_pb2.ReportAck(ttl_ms=round(ttl * 1000))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.scheduler import Scheduler, Waiter
@@ -141,5 +142,6 @@ class AdmissionQueue:
                 try:
                     await self._peers.heartbeat(len(self.slots))
                 except redis.RedisError as error:
+                    redis_errors.note("peers")
                     log.debug("peer heartbeat failed: %s", error)
             self.dispatch()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.slo.control import Adjustment, Compliance, adjust
@@ -109,5 +110,6 @@ class SloController:
             try:
                 await self.tick()
             except redis.RedisError as error:
+                redis_errors.note("slo")
                 self.leading = False
                 log.debug("SLO tick failed: %s", error)

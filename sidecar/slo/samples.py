@@ -17,6 +17,7 @@ from importlib import resources
 
 import redis.asyncio as redis
 
+from sidecar import redis_errors
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.slo.control import Compliance
 
@@ -121,4 +122,5 @@ class SampleRecorder:
             try:
                 await self.flush()
             except redis.RedisError as error:
+                redis_errors.note("slo")
                 log.debug("samples not stored: %s", error)  # lost: they would go stale

@@ -7,6 +7,7 @@ first stopped, even when a later one fails to start.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class StackOptions:
     envoy_config: Path = envoy_config.LOCAL_CONFIG
     envoy_concurrency: int = 0  # 0: Envoy's default, a worker per core
     report_interval: float = 0.1
+    admin_token: str = ""  # the dashboard's; empty: the stack makes one
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -59,6 +61,14 @@ class StackOptions:
 class Stack:
     options: StackOptions
     processes: list[ManagedProcess] = field(default_factory=list)
+    admin_token: str = ""
+
+    def __post_init__(self) -> None:
+        self.admin_token = self.options.admin_token or secrets.token_urlsafe(24)
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"{self.sidecar_admin_url}/dashboard?token={self.admin_token}"
 
     @property
     def envoy_url(self) -> str:
@@ -161,6 +171,8 @@ class Stack:
             start_sidecar(
                 self.options.work_dir,
                 self.redis_url,
+                "--admin-token",
+                self.admin_token,
                 *self.options.sidecar_args,
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,

@@ -84,6 +84,7 @@ def _print_endpoints(stack: Stack) -> None:
         ("Envoy admin", stack.envoy_admin_url, None),
         ("sidecar gRPC", stack.sidecar_grpc, "sidecar"),
         ("sidecar admin", stack.sidecar_admin_url, None),
+        ("ops dashboard", stack.dashboard_url, None),
         ("Redis", stack.redis_url, stack.redis_process_name),
     ]
     for i, url in enumerate(stack.mock_urls, start=1):

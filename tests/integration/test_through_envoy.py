@@ -91,3 +91,25 @@ def test_both_replicas_serve(stack, client):
         line = next(x for x in text.splitlines() if x.startswith("vllm:generation_tokens_total"))
         served.append(float(line.rsplit(" ", 1)[1]))
     assert all(tokens > 0 for tokens in served), served
+
+
+def test_envoy_counts_admitted_requests_per_tier(stack, client):
+    def vcluster_requests() -> dict[str, int]:
+        with urllib.request.urlopen(
+            f"{stack.envoy_admin_url}/stats?filter=vcluster", timeout=5
+        ) as r:
+            lines = r.read().decode().splitlines()
+        counts = {}
+        for line in lines:
+            name, _, value = line.partition(": ")
+            if name.startswith("vhost.llm.vcluster.") and name.endswith(".upstream_rq_total"):
+                counts[name.split(".")[3]] = int(value)
+        return counts
+
+    before = vcluster_requests()
+    for _ in range(3):
+        client.chat.completions.create(model="mock-llm", messages=MESSAGES, max_tokens=2)
+    after = vcluster_requests()
+    assert set(after) >= {"p0", "p1", "p2"}
+    assert after["p2"] == before.get("p2", 0) + 3  # anonymous requests are P2
+    assert after["p0"] == before.get("p0", 0)

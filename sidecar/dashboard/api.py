@@ -1,0 +1,152 @@
+"""The ops dashboard on the sidecar's admin port: a page, its state, its switches."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from sidecar.config.schema import Mode, Tier
+from sidecar.dashboard import auth
+
+if TYPE_CHECKING:
+    from sidecar.server import SidecarServer
+
+STATIC = resources.files("sidecar.dashboard").joinpath("static")
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
+    async def page(request: web.Request) -> web.StreamResponse:
+        if "token" in request.query:
+            return auth.login(request, token)
+        auth.check(request, token)
+        return _static("index.html")
+
+    async def static(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in ("dashboard.js", "dashboard.css"):
+            raise web.HTTPNotFound()
+        return _static(name)
+
+    async def state(request: web.Request) -> web.Response:
+        auth.check(request, token)
+        return web.json_response(await _state(server))
+
+    async def set_mode(request: web.Request) -> web.Response:
+        auth.check(request, token)
+        body = await _json(request)
+        try:
+            mode = Mode(body.get("mode"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="mode: normal, core-only or shadow\n") from None
+        current = server.watcher.current.mode
+        await server.config_store.save_mode(current.model_copy(update={"mode": mode}))
+        await server.watcher.refresh()
+        return web.json_response(await _state(server))
+
+    async def shed(request: web.Request) -> web.Response:
+        auth.check(request, token)
+        body = await _json(request)
+        try:
+            tier = Tier(body.get("tier"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="tier: p0, p1 or p2\n") from None
+        current = server.watcher.current.mode
+        tiers = current.force_shed | {tier} if body.get("shed") else current.force_shed - {tier}
+        await server.config_store.save_mode(
+            current.model_copy(update={"force_shed": frozenset(tiers)})
+        )
+        await server.watcher.refresh()
+        return web.json_response(await _state(server))
+
+    app.router.add_get("/dashboard", page)
+    app.router.add_get("/dashboard/static/{name}", static)
+    app.router.add_get("/dashboard/api/state", state)
+    app.router.add_post("/dashboard/api/mode", set_mode)
+    app.router.add_post("/dashboard/api/shed", shed)
+
+
+def _static(name: str) -> web.Response:
+    suffix = name[name.rindex(".") :]
+    return web.Response(
+        body=STATIC.joinpath(name).read_bytes(),
+        content_type=_TYPES[suffix],
+        headers={
+            "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY",
+            "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+        },
+    )
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except ValueError:
+        raise web.HTTPBadRequest(text="a JSON body is expected\n") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="a JSON object is expected\n")
+    return body
+
+
+def _decision_counts(server: SidecarServer) -> dict[str, dict[str, float]]:
+    counts: dict[str, dict[str, float]] = defaultdict(lambda: {"admitted": 0.0, "shed": 0.0})
+    for metric in server.metrics.decisions.collect():
+        for sample in metric.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            kind = "admitted" if sample.labels["outcome"] == "admit" else "shed"
+            counts[sample.labels["tier"]][kind] += sample.value
+    return counts
+
+
+async def _state(server: SidecarServer) -> dict[str, Any]:
+    snapshot = server.watcher.current
+    load = server.monitor.state.load
+    counts = _decision_counts(server)
+    held = server.queue.slots.by_tier()
+    tiers = {}
+    for tier in Tier:
+        compliance = server.controller.compliance[tier]
+        overload = server.monitor.state.shedding[tier]
+        tiers[tier.value] = {
+            **counts[tier.value],
+            "in_flight": held[tier],
+            "waiting": server.queue.scheduler.waiting(tier),
+            "compliance": compliance.ratio,
+            "samples": compliance.samples,
+            "target": snapshot.config.slo.targets[tier].compliance,
+            "share": snapshot.share(tier),
+            "rate": snapshot.tier_rate(tier),
+            "overload": overload.value if overload else None,
+        }
+    try:
+        adjustments = await server.config_store.adjustments(10)
+    except Exception:  # the page still shows what this sidecar knows
+        adjustments = []
+    return {
+        "at": time.time(),
+        "mode": snapshot.mode.mode.value,
+        "force_shed": sorted(t.value for t in snapshot.mode.force_shed),
+        "config_version": snapshot.version,
+        "tiers": tiers,
+        "pods": [
+            {
+                "pod": p.pod_id,
+                "kv_usage": p.kv_cache_usage,
+                "running": p.running,
+                "waiting": p.waiting,
+                "age": p.age_seconds,
+            }
+            for p in load.pods
+        ],
+        "free_kv": load.free_kv_ratio,
+        "in_flight": server.queue.cluster_in_flight,
+        "leader": server.controller.leading,
+        "adjustments": adjustments,
+    }

@@ -1,0 +1,105 @@
+// The on-call screen: polls /dashboard/api/state every second, switches modes on click.
+"use strict";
+const TIERS = ["p0", "p1", "p2"];
+let previous = null;
+
+async function call(path, body) {
+  const options = body === undefined ? {} : {
+    method: "POST",
+    // The custom header marks a request from this page: a cross-site form cannot send it.
+    headers: {"Content-Type": "application/json", "X-QoS-Request": "dashboard"},
+    body: JSON.stringify(body),
+  };
+  const response = await fetch(path, {credentials: "same-origin", ...options});
+  if (!response.ok) throw new Error(`${path}: ${response.status}`);
+  return response.json();
+}
+
+function percent(value) {
+  return value === null || value === undefined ? "–" : (100 * value).toFixed(1) + " %";
+}
+
+function cell(row, text, className) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function render(state) {
+  document.getElementById("mode").textContent = state.mode;
+  const seconds = previous ? (state.at - previous.at) : 0;
+  const body = document.querySelector("#tiers tbody");
+  body.replaceChildren();
+  for (const tier of TIERS) {
+    const t = state.tiers[tier];
+    const before = previous ? previous.tiers[tier] : null;
+    const rate = (key) => before && seconds > 0 ? ((t[key] - before[key]) / seconds).toFixed(1) : "–";
+    const row = body.insertRow();
+    row.id = `tier-${tier}`;
+    cell(row, tier.toUpperCase());
+    cell(row, rate("admitted"));
+    cell(row, rate("shed"));
+    cell(row, t.in_flight);
+    cell(row, t.waiting);
+    const ok = t.compliance === null ? "" : (t.compliance >= t.target ? "good" : "bad");
+    cell(row, `${percent(t.compliance)} (${t.samples})`, ok);
+    cell(row, percent(t.target));
+    cell(row, percent(t.share));
+    cell(row, Math.round(t.rate));
+    cell(row, t.overload || "–", t.overload ? "bad" : "");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.id = `shed-${tier}`;
+    box.checked = state.force_shed.includes(tier);
+    box.addEventListener("change", () => act({tier, shed: box.checked}, "/dashboard/api/shed"));
+    cell(row, "").appendChild(box);
+  }
+  document.getElementById("free-kv").textContent = percent(state.free_kv);
+  document.getElementById("in-flight").textContent = state.in_flight;
+  document.getElementById("leader").textContent = state.leader ? "this sidecar" : "another sidecar";
+  const pods = document.querySelector("#pods tbody");
+  pods.replaceChildren();
+  for (const pod of state.pods) {
+    const row = pods.insertRow();
+    cell(row, pod.pod);
+    cell(row, percent(pod.kv_usage), pod.kv_usage > 0.92 ? "bad" : "");
+    cell(row, pod.running);
+    cell(row, pod.waiting);
+    cell(row, pod.age.toFixed(2) + " s");
+  }
+  const moves = document.getElementById("adjustments");
+  moves.replaceChildren();
+  for (const move of state.adjustments) {
+    const item = document.createElement("li");
+    item.textContent = `${new Date(move.at * 1000).toLocaleTimeString()} — ${move.reason}`;
+    moves.appendChild(item);
+  }
+  previous = state;
+}
+
+async function act(body, path) {
+  const status = document.getElementById("status");
+  try {
+    const state = await call(path, body);
+    status.textContent = `done: mode ${state.mode}`;
+    await refresh();
+  } catch (error) {
+    status.textContent = `failed: ${error.message}`;
+  }
+}
+
+async function refresh() {
+  try {
+    render(await call("/dashboard/api/state"));
+  } catch (error) {
+    document.getElementById("status").textContent = `no data: ${error.message}`;
+  }
+}
+
+document.getElementById("core-only").addEventListener(
+  "click", () => act({mode: "core-only"}, "/dashboard/api/mode"));
+document.getElementById("normal").addEventListener(
+  "click", () => act({mode: "normal"}, "/dashboard/api/mode"));
+refresh();
+setInterval(refresh, 1000);
