@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+
+# The *_created series double the exposition and no dashboard here reads them.
+disable_created_metrics()
 
 
 class SidecarMetrics:
@@ -49,6 +58,8 @@ class SidecarMetrics:
             ["direction"],
             registry=self.registry,
         )
+        for direction in ("to_p0", "from_p0"):  # series exist from the start, at 0
+            self.adjustments.labels(direction)
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

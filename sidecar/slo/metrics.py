@@ -1,4 +1,5 @@
-"""SLO compliance, tier shares and controller leadership for Prometheus, at scrape time."""
+"""SLO compliance, tier shares, operator mode and controller leadership for Prometheus,
+read at scrape time."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.config.schema import Tier
+from sidecar.config.schema import Mode, Tier
 from sidecar.config.store import Snapshot
 from sidecar.slo.controller import SloController
 
@@ -49,6 +50,18 @@ class SloCollector(Collector):
             share.add_metric([tier.value], snapshot.share(tier))
             rate.add_metric([tier.value], snapshot.tier_rate(tier))
         yield from (compliance, samples, target, share, rate)
+        mode = GaugeMetricFamily(
+            "qos_operator_mode", "1 for the operator mode in force.", labels=["mode"]
+        )
+        for name in Mode:
+            mode.add_metric([name.value], 1 if snapshot.mode.mode is name else 0)
+        yield mode
+        forced = GaugeMetricFamily(
+            "qos_force_shed", "1 while the operator sheds the tier by hand.", labels=["tier"]
+        )
+        for tier in Tier:
+            forced.add_metric([tier.value], 1 if tier in snapshot.mode.force_shed else 0)
+        yield forced
         yield GaugeMetricFamily(
             "qos_controller_leader",
             "1 on the sidecar holding the SLO controller lease.",

@@ -1,0 +1,112 @@
+"""The deployment files: Kubernetes, Istio, Grafana — parsed, checked, and every Envoy
+configuration in them validated by the real Envoy binary."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sidecar.stack import envoy_config
+from tests.integration.test_envoy_configs import validate
+
+pytestmark = pytest.mark.integration
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def test_kubernetes_manifests_hold_together():
+    kustomization = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
+    kinds = {}
+    for name in kustomization["resources"]:
+        for doc in documents(DEPLOY / "kubernetes" / name):
+            assert doc["apiVersion"] and doc["metadata"]["name"]
+            kinds.setdefault(doc["kind"], []).append(doc)
+    assert {d["metadata"]["name"] for d in kinds["Deployment"]} == {"redis", "qos-gateway", "vllm"}
+    services = {d["metadata"]["name"] for d in kinds["Service"]}
+    assert services == {"redis", "qos-gateway", "qos-sidecar", "vllm"}
+    for deployment in kinds["Deployment"]:
+        spec = deployment["spec"]
+        assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+    gateway = next(d for d in kinds["Deployment"] if d["metadata"]["name"] == "qos-gateway")
+    containers = {c["name"]: c for c in gateway["spec"]["template"]["spec"]["containers"]}
+    assert containers["sidecar"]["args"][0] == "serve"
+    assert {"envoy", "sidecar"} == set(containers)
+    vllm = next(d for d in kinds["Deployment"] if d["metadata"]["name"] == "vllm")
+    reporter = next(
+        c for c in vllm["spec"]["template"]["spec"]["containers"] if c["name"] == "reporter"
+    )
+    assert reporter["args"][0] == "report" and "qos-sidecar:50051" in reporter["args"]
+    headless = next(d for d in kinds["Service"] if d["metadata"]["name"] == "vllm")
+    assert headless["spec"]["clusterIP"] == "None"
+    generated = kustomization["configMapGenerator"][0]
+    assert (DEPLOY / "kubernetes" / generated["files"][0]).is_file()
+
+
+def test_kubernetes_envoy_config_validates_and_matches_the_local_one():
+    path = DEPLOY / "kubernetes" / "envoy.yaml"
+    result = validate(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    kube, local = envoy_config.load(path), envoy_config.load()
+    for cluster in kube["static_resources"]["clusters"] + local["static_resources"]["clusters"]:
+        cluster.pop("type")
+    relocated = envoy_config.adapt(
+        kube,
+        listen=("127.0.0.1", 8080),
+        admin_port=9901,
+        sidecar=("127.0.0.1", 50051),
+        upstreams=[("127.0.0.1", 8001), ("127.0.0.1", 8002)],
+    )
+    assert relocated == local
+
+
+def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
+    (envoy_filter,) = documents(DEPLOY / "istio" / "envoyfilter.yaml")
+    assert envoy_filter["kind"] == "EnvoyFilter"
+    patches = {p["applyTo"]: p["patch"] for p in envoy_filter["spec"]["configPatches"]}
+    config = envoy_config.load()
+    resources = config["static_resources"]
+    manager = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager["http_filters"] = [f for f in manager["http_filters"] if "ext_proc" not in f["name"]]
+    manager["http_filters"].insert(0, patches["HTTP_FILTER"]["value"])
+    manager["access_log"] = patches["NETWORK_FILTER"]["value"]["typed_config"]["access_log"]
+    # Istio names the sidecar's cluster after its Service; give the bootstrap one so named.
+    mesh_cluster = copy.deepcopy(
+        next(c for c in resources["clusters"] if c["name"] == "qos_sidecar")
+    )
+    name = patches["HTTP_FILTER"]["value"]["typed_config"]["grpc_service"]["envoy_grpc"][
+        "cluster_name"
+    ]
+    mesh_cluster["name"] = mesh_cluster["load_assignment"]["cluster_name"] = name
+    resources["clusters"].append(mesh_cluster)
+    result = validate(envoy_config.write(config, tmp_path / "istio.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_dashboard_plots_only_metrics_the_sidecar_exposes(stack):
+    dashboard = json.loads((DEPLOY / "grafana" / "qos-sidecar.json").read_text())
+    with urllib.request.urlopen(f"{stack.sidecar_admin_url}/metrics", timeout=5) as response:
+        families = {
+            line.split()[2]
+            for line in response.read().decode().splitlines()
+            if line.startswith("# TYPE ")
+        }
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"qos_[a-z0-9_]+", target["expr"]))
+    assert len(dashboard["panels"]) >= 12
+
+    def base(name: str) -> str:
+        return re.sub(r"_(total|bucket|count|sum)$", "", name)
+
+    assert {base(n) for n in used} - {base(n) for n in families} == set()
