@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -9,6 +11,10 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sidecar.config.schema import Tier
 
 # The *_created series double the exposition and no dashboard here reads them.
 disable_created_metrics()
@@ -65,3 +71,21 @@ class SidecarMetrics:
             "ext_proc messages that did not fit the exchange's phase.",
             registry=self.registry,
         )
+
+
+class BucketLevelCollector(Collector):
+    """Tokens left in each tier's bucket, as this sidecar last saw them (Redis holds the
+    truth; it changes with every decision anywhere in the cluster)."""
+
+    def __init__(self, levels: Mapping[Tier, float]) -> None:
+        self._levels = levels
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "qos_bucket_tokens",
+            "Tokens left in the tier's bucket at this sidecar's last call.",
+            labels=["tier"],
+        )
+        for tier, level in sorted(self._levels.items()):
+            family.add_metric([tier.value], level)
+        yield family

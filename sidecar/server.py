@@ -24,7 +24,7 @@ from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
-from sidecar.metrics import SidecarMetrics
+from sidecar.metrics import BucketLevelCollector, SidecarMetrics
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
@@ -134,6 +134,9 @@ class SidecarServer:
         await self.samples.start()
         await self.controller.start()
         decider = build_decider(self.settings, self.redis, self.watcher, self.monitor, self.queue)
+        levels = getattr(decider, "bucket_levels", None)
+        if levels is not None:
+            self.metrics.registry.register(BucketLevelCollector(levels))
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(

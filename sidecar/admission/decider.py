@@ -90,6 +90,8 @@ class AdmissionDecider:
         self._queue = queue
         self._clock = clock
         self._sample = sample
+        # Tokens left in each tier's bucket after this sidecar's last call, for /metrics.
+        self.bucket_levels: dict[Tier, float] = {}
 
     async def decide(self, request: RequestView) -> Decision:
         snapshot = self._snapshot()
@@ -139,6 +141,7 @@ class AdmissionDecider:
         buckets = _buckets(request.snapshot, request.identity)
         try:
             verdict = await self._limiter.acquire(cost, buckets)
+            self.bucket_levels[request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
             # Budgets are shared through Redis; without it, admit rather than refuse all.
