@@ -10,6 +10,7 @@ from sidecar.admission.decider import AdmissionDecider
 from sidecar.admission.identity import IdentityResolver
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
+from sidecar.limiter.buckets import Limiter
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.openai_api.prompt import PromptCounter, TokenizerCounter, estimate_prompt_tokens
 from sidecar.overload.monitor import LoadMonitor
@@ -33,6 +34,7 @@ def build_decider(
     watcher: ConfigWatcher,
     monitor: LoadMonitor | None = None,
     queue: AdmissionQueue | None = None,
+    limiter: Limiter | None = None,
 ) -> Decider:
     if settings.decider == "admit-all":
         return AdmitAll()
@@ -40,7 +42,7 @@ def build_decider(
         return AdmissionDecider(
             snapshot=lambda: watcher.current,
             identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
-            limiter=RedisTokenBuckets(client),
+            limiter=limiter or RedisTokenBuckets(client),
             count_prompt=prompt_counter(settings),
             shedding=(lambda: monitor.state) if monitor else SheddingState,
             queue=queue,

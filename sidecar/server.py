@@ -24,6 +24,8 @@ from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
+from sidecar.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
 from sidecar.metrics import BucketLevelCollector, SidecarMetrics
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
@@ -88,6 +90,13 @@ class SidecarServer:
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
         self._access_log = AccessLogReceiver(self._exchange_ended)
+        self.limiter = ResilientLimiter(
+            RedisTokenBuckets(self.redis),
+            self.redis,
+            lambda: self.queue.sidecars_alive,
+            timeout=settings.redis_timeout_ms / 1000,
+        )
+        self.metrics.registry.register(DegradedCollector(self.limiter))
         samples = SampleStore(self.redis)
         self.samples = SampleRecorder(samples, lambda: self.watcher.current.config)
         self.controller = SloController(
@@ -133,7 +142,9 @@ class SidecarServer:
         await self.queue.start()
         await self.samples.start()
         await self.controller.start()
-        decider = build_decider(self.settings, self.redis, self.watcher, self.monitor, self.queue)
+        decider = build_decider(
+            self.settings, self.redis, self.watcher, self.monitor, self.queue, self.limiter
+        )
         levels = getattr(decider, "bucket_levels", None)
         if levels is not None:
             self.metrics.registry.register(BucketLevelCollector(levels))
@@ -179,6 +190,7 @@ class SidecarServer:
         if self._admin is not None:
             await self._admin.cleanup()
         await self.controller.stop()
+        await self.limiter.stop()
         await self.samples.stop()
         await self.queue.stop()
         await self.monitor.stop()

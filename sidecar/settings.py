@@ -25,6 +25,11 @@ class SidecarSettings:
     drain_seconds: float = setting(
         10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"
     )
+    redis_timeout_ms: float = setting(
+        10.0,
+        "QOS_REDIS_TIMEOUT_MS",
+        "longest a decision waits on Redis before budgets go local (until Redis is back)",
+    )
     admin_token: str = setting(
         "",
         "QOS_ADMIN_TOKEN",

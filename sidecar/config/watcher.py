@@ -58,6 +58,16 @@ class ConfigWatcher:
             version = await self._store.version()
             if version in (self.current.version, self.refused_version):
                 return
+            if version == 0 and self.current.version > 0:
+                # Redis came back empty (restarted without persistence): what it lost is
+                # not a new configuration. Keep the last good one until someone writes one.
+                if self.refused_version != 0:
+                    log.error(
+                        "Redis holds no configuration any more; keeping version %s",
+                        self.current.version,
+                    )
+                self.refused_version = 0
+                return
             try:
                 snapshot = await self._store.load()
             except ConfigInvalid as error:

@@ -57,6 +57,11 @@ class AdmissionQueue:
         return self._peers.others_in_flight if self._peers else 0
 
     @property
+    def sidecars_alive(self) -> int:
+        """This sidecar and the peers whose heartbeat it last saw."""
+        return 1 + (self._peers.peers if self._peers else 0)
+
+    @property
     def cluster_in_flight(self) -> int:
         return len(self.slots) + self.others_in_flight
 

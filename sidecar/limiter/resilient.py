@@ -1,0 +1,131 @@
+"""Budgets that outlive a Redis outage.
+
+While Redis answers, the shared buckets in Redis decide. When a call fails or takes longer
+than `timeout` (a few milliseconds), the limiter goes local at once: each sidecar enforces
+its share of every bucket in memory — the bucket's rate and burst divided by the sidecars
+it last saw alive — and no request waits on Redis again until a background probe finds it
+back (every 100 ms); then the shared buckets take over (redis-py reloads the script on
+NOSCRIPT). Every switch is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import redis.asyncio as redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sidecar import redis_errors
+from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class LocalTokenBuckets:
+    """In-memory token buckets, the same arithmetic as the Lua script's."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._state: dict[str, tuple[float, float]] = {}  # key → (tokens, at)
+
+    def reset(self) -> None:
+        self._state.clear()
+
+    def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+        now = self._clock()
+        levels = []
+        refused, longest = None, 0.0
+        for index, bucket in enumerate(buckets):
+            if cost > bucket.burst:
+                return Verdict(False, refused=index, retry_after=None, remaining=bucket.burst)
+            tokens, at = self._state.get(bucket.key, (bucket.burst, now))
+            tokens = min(bucket.burst, tokens + max(0.0, now - at) * bucket.rate)
+            levels.append(tokens)
+            if tokens < cost and (wait := (cost - tokens) / bucket.rate) > longest:
+                refused, longest = index, wait
+        if refused is not None:
+            return Verdict(False, refused=refused, retry_after=longest, remaining=levels[0])
+        for bucket, tokens in zip(buckets, levels, strict=True):
+            self._state[bucket.key] = (tokens - cost, now)
+        return Verdict(True, remaining=levels[0] - cost)
+
+
+class ResilientLimiter:
+    def __init__(
+        self,
+        shared: Limiter,
+        client: redis.Redis,
+        sidecars_alive: Callable[[], int],
+        timeout: float = 0.01,
+        probe_seconds: float = 0.1,
+    ) -> None:
+        self._shared = shared
+        self._redis = client
+        self._sidecars_alive = sidecars_alive
+        self._timeout = timeout
+        self._probe_seconds = probe_seconds
+        self._local = LocalTokenBuckets()
+        self.degraded = False
+        self.switches = 0
+        self._probe: asyncio.Task[None] | None = None
+
+    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+        if not self.degraded:
+            try:
+                return await asyncio.wait_for(self._shared.acquire(cost, buckets), self._timeout)
+            except (redis.RedisError, TimeoutError) as error:
+                redis_errors.note("limiter")
+                self._go_local(error)
+        share = max(1, self._sidecars_alive())
+        mine = [BucketSpec(b.key, b.rate / share, b.burst / share) for b in buckets]
+        return self._local.acquire(cost, mine)
+
+    def _go_local(self, error: Exception) -> None:
+        self.degraded = True
+        self.switches += 1
+        self._local.reset()
+        log.warning(
+            "Redis unavailable (%s): enforcing budgets locally, 1/%d each",
+            type(error).__name__,
+            max(1, self._sidecars_alive()),
+        )
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._wait_for_redis())
+
+    async def _wait_for_redis(self) -> None:
+        while True:
+            await asyncio.sleep(self._probe_seconds)
+            with contextlib.suppress(redis.RedisError, TimeoutError):
+                await asyncio.wait_for(self._redis.ping(), max(self._timeout, 0.05))
+                self.degraded = False
+                self.switches += 1
+                log.info("Redis is back: budgets are shared again")
+                return
+
+    async def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+
+
+class DegradedCollector(Collector):
+    def __init__(self, limiter: ResilientLimiter) -> None:
+        self._limiter = limiter
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "qos_budgets_local",
+            "1 while Redis is unreachable and this sidecar enforces its share of budgets alone.",
+            value=1 if self._limiter.degraded else 0,
+        )
+        yield CounterMetricFamily(
+            "qos_budget_mode_switches",
+            "Switches between shared (Redis) and local budgets.",
+            value=self._limiter.switches,
+        )

@@ -1,0 +1,83 @@
+"""Redis killed under load: P0 keeps being served, budgets go local, then shared again
+within a second of Redis coming back."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import aiohttp
+import pytest
+
+from sidecar.stack.readiness import redis_ping
+from sidecar.stack.stack import Stack, StackOptions, start_redis_server
+from tests.integration.helpers import StackConfig, scrape, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+P0_KEY = "outage-p0"
+
+
+@pytest.fixture(scope="module")
+def outage_stack(tmp_path_factory):
+    options = StackOptions.on_free_ports(
+        tmp_path_factory.mktemp("outage"), time_scale=0.05, envoy_concurrency=1
+    )
+    with Stack(options) as stack:
+        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant("outage-pay", "p0", P0_KEY)
+        yield stack
+
+
+def budgets_local(stack) -> bool:
+    return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
+
+
+async def p0_request(session, url) -> tuple[int, str | None]:
+    body = {"messages": [{"role": "user", "content": "pay"}], "max_tokens": 2}
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {P0_KEY}"}
+    ) as response:
+        await response.read()
+        return response.status, response.headers.get("x-qos-decision")
+
+
+@pytest.mark.timeout(90)
+async def test_redis_killed_for_five_seconds_under_load(outage_stack):
+    stack = outage_stack
+    results: list[tuple[int, str | None]] = []
+    stop = asyncio.Event()
+
+    async def load(session):
+        while not stop.is_set():
+            results.append(await p0_request(session, stack.envoy_url))
+            await asyncio.sleep(0.02)
+
+    redis_name = stack.redis_process_name
+    port = stack.options.redis_port
+    async with aiohttp.ClientSession() as session:
+        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+        await asyncio.sleep(1)
+        assert not budgets_local(stack)
+        stack.process(redis_name).send_signal(signal.SIGKILL)
+        await wait_until(lambda: not redis_ping(stack.redis_url), what="Redis gone")
+        await asyncio.sleep(1)  # the first decisions after the kill have found out
+        assert budgets_local(stack)
+        during = len(results)
+        await asyncio.sleep(4)
+        assert len(results) > during + 50  # P0 kept flowing while Redis was away
+
+        stack.processes.append(start_redis_server(stack.options.work_dir, port))
+        back_at = time.monotonic()
+        await wait_until(lambda: not budgets_local(stack), within=3, what="shared budgets")
+        assert time.monotonic() - back_at <= 1.0
+        await asyncio.sleep(1)
+        stop.set()
+        await asyncio.gather(*clients)
+
+    assert stack.process("sidecar").running()  # no crash
+    failed = [r for r in results if r != (200, None)]
+    assert failed == [], failed[:5]  # every P0 request served, none shed or failed
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    assert samples['qos_redis_errors_total{component="limiter"}'] >= 1
+    assert samples["qos_budget_mode_switches_total{}"] >= 2

@@ -1,0 +1,97 @@
+"""Budgets when Redis fails: local shares at once, shared again when it is back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as redis
+
+from sidecar.limiter.buckets import BucketSpec, Verdict
+from sidecar.limiter.resilient import LocalTokenBuckets, ResilientLimiter
+
+pytestmark = pytest.mark.asyncio
+
+BUCKET = BucketSpec("qos:{bucket-p1}:tier", rate=100.0, burst=50.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Shared:
+    def __init__(self) -> None:
+        self.failing = False
+        self.slow = False
+        self.calls = 0
+
+    async def acquire(self, cost, buckets):
+        self.calls += 1
+        if self.slow:
+            await asyncio.sleep(1)
+        if self.failing:
+            raise redis.ConnectionError("refused")
+        return Verdict(True, remaining=1.0)
+
+
+class Pinger:
+    def __init__(self) -> None:
+        self.up = False
+
+    async def ping(self):
+        if not self.up:
+            raise redis.ConnectionError("refused")
+        return True
+
+
+async def test_local_buckets_follow_the_scripts_arithmetic():
+    clock = Clock()
+    local = LocalTokenBuckets(clock)
+    assert local.acquire(50, [BUCKET]).allowed
+    refused = local.acquire(10, [BUCKET])
+    assert not refused.allowed and refused.retry_after == pytest.approx(0.1)
+    clock.now = 0.1
+    assert local.acquire(10, [BUCKET]).allowed
+    assert local.acquire(51, [BUCKET]).retry_after is None  # above the burst: never
+
+
+async def test_a_failing_redis_sends_every_decision_local_until_it_answers_again():
+    shared, pinger = Shared(), Pinger()
+    limiter = ResilientLimiter(shared, pinger, sidecars_alive=lambda: 2, probe_seconds=0.01)
+    try:
+        assert (await limiter.acquire(1, [BUCKET])).remaining == 1.0  # shared
+        shared.failing = True
+        local = await limiter.acquire(1, [BUCKET])
+        assert limiter.degraded and local.allowed
+        assert local.remaining == pytest.approx(25 - 1)  # half of the burst: two sidecars
+        calls = shared.calls
+        for _ in range(20):
+            await limiter.acquire(1, [BUCKET])
+        assert shared.calls == calls  # no request waits on a dead Redis
+        shared.failing, pinger.up = False, True
+        for _ in range(100):
+            if not limiter.degraded:
+                break
+            await asyncio.sleep(0.01)
+        assert not limiter.degraded
+        assert (await limiter.acquire(1, [BUCKET])).remaining == 1.0
+        assert limiter.switches == 2
+    finally:
+        await limiter.stop()
+
+
+async def test_a_slow_redis_costs_a_decision_at_most_the_timeout():
+    shared = Shared()
+    shared.slow = True
+    limiter = ResilientLimiter(shared, Pinger(), sidecars_alive=lambda: 1, timeout=0.01)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        assert (await limiter.acquire(1, [BUCKET])).allowed
+        assert loop.time() - started < 0.5 and limiter.degraded
+    finally:
+        await limiter.stop()
