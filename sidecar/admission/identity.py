@@ -12,8 +12,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from cachetools import TTLCache
+import redis.asyncio as redis
+from cachetools import LRUCache, TTLCache
 
+from sidecar import redis_errors
 from sidecar.config.schema import IdentityConfig, Tier
 from sidecar.config.store import Snapshot, hash_api_key
 
@@ -72,6 +74,8 @@ class IdentityResolver:
         self._config: IdentityConfig | None = None
         self._version = -1
         self.lookups = 0  # Redis lookups made, for tests and metrics
+        # Every key seen known, kept through config changes, for when Redis is away.
+        self._last_known: LRUCache[str, str] = LRUCache(CACHE_ENTRIES)
 
     def _caches_for(self, snapshot: Snapshot) -> IdentityConfig:
         if snapshot.version != self._version:  # tenants or keys may have changed
@@ -112,7 +116,14 @@ class IdentityResolver:
         if digest in self._unknown or not self._budget.take():
             return None
         self.lookups += 1
-        tenant = await self._lookup(digest)
+        try:
+            tenant = await self._lookup(digest)
+        except redis.RedisError:
+            # Redis is away: a key known before is still that tenant's.
+            redis_errors.note("identity")
+            return self._last_known.get(digest)
+        if tenant is not None:
+            self._last_known[digest] = tenant
         if tenant is None:
             if self._config and self._config.negative_cache_seconds > 0:
                 self._unknown[digest] = True

@@ -119,3 +119,24 @@ async def test_a_config_change_forgets_cached_keys():
         assert directory.calls == calls + 1
     finally:
         del KEYS[hash_api_key("k-late")]
+
+
+@pytest.mark.asyncio
+async def test_a_key_known_before_still_counts_while_redis_is_away():
+    import redis
+
+    class Flaky(Directory):
+        down = False
+
+        async def __call__(self, digest):
+            if self.down:
+                raise redis.ConnectionError("refused")
+            return await super().__call__(digest)
+
+    directory, clock = Flaky(), Clock()
+    resolver = IdentityResolver(directory, clock)
+    assert (await resolver.resolve(auth("k-acme"), snapshot(1))).tenant == "acme"
+    directory.down = True
+    clock.now = 1000.0  # the known-key cache has long expired
+    assert (await resolver.resolve(auth("k-acme"), snapshot(2))).tenant == "acme"
+    assert (await resolver.resolve(auth("k-never-seen"), snapshot(2))).tenant is None
