@@ -1,0 +1,81 @@
+"""The sidecar killed under load with Envoy failing open: P0 is still served, and QoS is
+back once the sidecar is."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import aiohttp
+import pytest
+
+from sidecar.stack import readiness
+from sidecar.stack.stack import Stack, StackOptions, start_sidecar
+from tests.integration.helpers import StackConfig, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+P0_KEY = "crash-p0"
+
+
+@pytest.fixture(scope="module")
+def crash_stack(tmp_path_factory):
+    options = StackOptions.on_free_ports(
+        tmp_path_factory.mktemp("crash"), time_scale=0.05, envoy_concurrency=1
+    )
+    with Stack(options) as stack:
+        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant("crash-pay", "p0", P0_KEY)
+        yield stack
+
+
+async def p0(session, url) -> tuple[int, str | None]:
+    """Status, and the tier the GPU saw (None: the request passed without QoS)."""
+    body = {"messages": [{"role": "user", "content": "pay"}], "max_tokens": 2}
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {P0_KEY}"}
+    ) as response:
+        await response.read()
+        return response.status, response.headers.get("x-mock-saw-x-qos-tier")
+
+
+@pytest.mark.timeout(90)
+async def test_p0_is_served_while_the_sidecar_is_down_and_qos_returns_with_it(crash_stack):
+    stack = crash_stack
+    results = []
+    stop = asyncio.Event()
+
+    async def load(session):
+        while not stop.is_set():
+            results.append(await p0(session, stack.envoy_url))
+            await asyncio.sleep(0.02)
+
+    async with aiohttp.ClientSession() as session:
+        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+        await wait_until(lambda: len(results) >= 20)
+        assert all(tier == "p0" for _, tier in results)
+
+        stack.process("sidecar").send_signal(signal.SIGKILL)
+        await wait_until(lambda: not readiness.grpc_serving(stack.sidecar_grpc))
+        down_from = len(results)
+        await asyncio.sleep(2)
+        down = results[down_from:]
+        assert len(down) >= 20 and {status for status, _ in down} == {200}
+        assert any(tier is None for _, tier in down)  # Envoy failed open: no QoS, served
+
+        restarted = start_sidecar(
+            stack.options.work_dir,
+            stack.redis_url,
+            "--admin-token",
+            stack.admin_token,
+            grpc_port=stack.options.grpc_port,
+            admin_port=stack.options.admin_port,
+            name="sidecar-restarted",
+        )
+        stack.processes.append(restarted.process)
+        back_from = len(results)
+        await wait_until(
+            lambda: any(t == "p0" for _, t in results[back_from:]), within=10, what="QoS back"
+        )
+        stop.set()
+        await asyncio.gather(*clients)
+    assert {status for status, _ in results} == {200}  # not one P0 request failed
