@@ -56,6 +56,10 @@ class StackConfig:
             time.sleep(0.01)
         return version
 
+    def sync(self) -> int:
+        """Wait until the sidecar runs the configuration Redis holds now."""
+        return self._run(lambda store: store.version())
+
     def set(self, partial: dict[str, Any]) -> int:
         return self._run(lambda store: store.save_config(QosConfig.from_partial(partial)))
 
