@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
+from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import aggregate
@@ -44,18 +45,15 @@ class LoadMonitor:
         self._clock = clock
         self.state = SheddingState()
         self._read_at = clock()
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background()
 
     async def start(self) -> None:
         with contextlib.suppress(redis.RedisError):
             await self.refresh()
-        self._task = asyncio.create_task(self._run(), name="load-monitor")
+        self._background.start(self._run(), "load-monitor")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.stop()
 
     async def refresh(self) -> None:
         config = self._snapshot().config

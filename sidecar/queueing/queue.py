@@ -10,7 +10,6 @@ went away in the same instant gives its slot straight back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -19,6 +18,7 @@ from collections.abc import Callable
 import redis.asyncio as redis
 
 from sidecar import redis_errors
+from sidecar.background import Background
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.scheduler import Scheduler, Waiter
@@ -47,7 +47,7 @@ class AdmissionQueue:
         self.slots = slots or SlotTable(clock)
         self.scheduler = Scheduler(config().queue)
         self._futures: dict[Waiter, asyncio.Future[Slot]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background()
         self.reclaimed = 0
 
     # -- capacity -------------------------------------------------------------------------
@@ -127,13 +127,10 @@ class AdmissionQueue:
     # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="admission-queue")
+        self._background.start(self._run(), "admission-queue")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.stop()
 
     async def _run(self) -> None:
         beat_every = max(1, round(0.1 / self._tick))

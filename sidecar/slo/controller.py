@@ -9,7 +9,6 @@ config change every sidecar applies within a second, and a line in the history.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from collections.abc import Callable
 import redis.asyncio as redis
 
 from sidecar import redis_errors
+from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.slo.control import Adjustment, Compliance, adjust
@@ -45,16 +45,13 @@ class SloController:
         self.compliance: dict[Tier, Compliance] = {t: Compliance(None, 0) for t in Tier}
         self.leading = False
         self.last_adjusted_at: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background()
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="slo-controller")
+        self._background.start(self._run(), "slo-controller")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.stop()
 
     async def tick(self) -> Adjustment | None:
         snapshot = self._snapshot()

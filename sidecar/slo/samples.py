@@ -9,7 +9,6 @@ the tier's target: time to first token for streamed answers, total time otherwis
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from importlib import resources
 import redis.asyncio as redis
 
 from sidecar import redis_errors
+from sidecar.background import Background
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.slo.control import Compliance
 
@@ -94,7 +94,7 @@ class SampleRecorder:
         self._config = config
         self._flush_seconds = flush_seconds
         self._buffer: dict[Tier, list[tuple[bool, float, str]]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background()
         self.recorded = 0
 
     def record(self, tier: Tier, kind: str, seconds: float, failed: bool = False) -> None:
@@ -108,13 +108,10 @@ class SampleRecorder:
             await self._store.push(batch, self._config().slo.window)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="slo-samples")
+        self._background.start(self._run(), "slo-samples")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._background.stop()
 
     async def _run(self) -> None:
         while True:
