@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sidecar.config.schema import Mode, Tier
+from sidecar.config.schema import Mode, OperatorMode, Tier
 from sidecar.dashboard import auth
 
 if TYPE_CHECKING:
@@ -37,38 +37,42 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
         auth.check(request, token)
         return web.json_response(await _state(server))
 
-    async def set_mode(request: web.Request) -> web.Response:
+    async def switch(request: web.Request, change) -> web.Response:
+        """Apply `change(body, current mode)` → the new mode, for every sidecar."""
         auth.check(request, token)
         body = await _json(request)
-        try:
-            mode = Mode(body.get("mode"))
-        except ValueError:
-            raise web.HTTPBadRequest(text="mode: normal, core-only or shadow\n") from None
         current = server.watcher.current.mode
-        await server.config_store.save_mode(current.model_copy(update={"mode": mode}))
+        await server.config_store.save_mode(change(body, current))
         await server.watcher.refresh()
         return web.json_response(await _state(server))
 
-    async def shed(request: web.Request) -> web.Response:
-        auth.check(request, token)
-        body = await _json(request)
-        try:
-            tier = Tier(body.get("tier"))
-        except ValueError:
-            raise web.HTTPBadRequest(text="tier: p0, p1 or p2\n") from None
-        current = server.watcher.current.mode
+    def new_mode(body: dict[str, Any], current: OperatorMode) -> OperatorMode:
+        return current.model_copy(update={"mode": _enum(Mode, body.get("mode"), "mode")})
+
+    def new_shed(body: dict[str, Any], current: OperatorMode) -> OperatorMode:
+        tier = _enum(Tier, body.get("tier"), "tier")
         tiers = current.force_shed | {tier} if body.get("shed") else current.force_shed - {tier}
-        await server.config_store.save_mode(
-            current.model_copy(update={"force_shed": frozenset(tiers)})
-        )
-        await server.watcher.refresh()
-        return web.json_response(await _state(server))
+        return current.model_copy(update={"force_shed": frozenset(tiers)})
+
+    async def set_mode(request: web.Request) -> web.Response:
+        return await switch(request, new_mode)
+
+    async def shed(request: web.Request) -> web.Response:
+        return await switch(request, new_shed)
 
     app.router.add_get("/dashboard", page)
     app.router.add_get("/dashboard/static/{name}", static)
     app.router.add_get("/dashboard/api/state", state)
     app.router.add_post("/dashboard/api/mode", set_mode)
     app.router.add_post("/dashboard/api/shed", shed)
+
+
+def _enum(kind, value: Any, field: str):
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise web.HTTPBadRequest(text=f"{field}: one of {choices}\n") from None
 
 
 def _static(name: str) -> web.Response:

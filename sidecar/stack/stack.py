@@ -166,7 +166,7 @@ class Stack:
         for process, url in started:  # they start in parallel, then each is awaited
             process.wait_ready(lambda url=url: readiness.http_ok(f"{url}/health"))
 
-    def _start_sidecar(self) -> None:
+    def _start_sidecar(self, name: str = "sidecar") -> None:
         self.processes.append(
             start_sidecar(
                 self.options.work_dir,
@@ -176,8 +176,13 @@ class Stack:
                 *self.options.sidecar_args,
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
+                name=name,
             ).process
         )
+
+    def restart_sidecar(self) -> None:
+        """Start the sidecar again on its ports (after a test killed it)."""
+        self._start_sidecar(name=f"sidecar-{len(self.processes)}")
 
     def _start_reporters(self) -> None:
         """A `qos-sidecar report` beside each mock, as beside each vLLM pod."""

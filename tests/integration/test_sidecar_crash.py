@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack import readiness
-from sidecar.stack.stack import Stack, StackOptions, start_sidecar
+from sidecar.stack.stack import Stack, StackOptions
 from tests.integration.helpers import StackConfig, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -62,16 +62,7 @@ async def test_p0_is_served_while_the_sidecar_is_down_and_qos_returns_with_it(cr
         assert len(down) >= 20 and {status for status, _ in down} == {200}
         assert any(tier is None for _, tier in down)  # Envoy failed open: no QoS, served
 
-        restarted = start_sidecar(
-            stack.options.work_dir,
-            stack.redis_url,
-            "--admin-token",
-            stack.admin_token,
-            grpc_port=stack.options.grpc_port,
-            admin_port=stack.options.admin_port,
-            name="sidecar-restarted",
-        )
-        stack.processes.append(restarted.process)
+        stack.restart_sidecar()
         back_from = len(results)
         await wait_until(
             lambda: any(t == "p0" for _, t in results[back_from:]), within=10, what="QoS back"
