@@ -69,6 +69,21 @@ def adapt(
     return config
 
 
+def as_local(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` at the local stack's addresses and without cluster types, to compare a
+    deployment's config with the shipped local one: they must differ in nothing else."""
+    config = copy.deepcopy(config)
+    for cluster in config["static_resources"]["clusters"]:
+        cluster.pop("type", None)
+    return adapt(
+        config,
+        listen=("127.0.0.1", 8080),
+        admin_port=9901,
+        sidecar=("127.0.0.1", 50051),
+        upstreams=[("127.0.0.1", 8001), ("127.0.0.1", 8002)],
+    )
+
+
 def write(config: dict[str, Any], path: Path) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -4,11 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from sidecar.stack.admin_client import StackConfig, scrape, sidecar_config_version
+from sidecar.stack.stack import Stack, StackOptions
 
-__all__ = ["StackConfig", "decision_count", "scrape", "sidecar_config_version", "wait_until"]
+__all__ = [
+    "StackConfig",
+    "decision_count",
+    "scrape",
+    "sidecar_config_version",
+    "stack_with_tenant",
+    "wait_until",
+]
+
+
+@contextmanager
+def stack_with_tenant(work_dir: Path, tenant: str, tier: str, key: str) -> Iterator[Stack]:
+    """A fast local stack (two mock GPUs at 20x speed) with one tenant and its key."""
+    options = StackOptions.on_free_ports(work_dir, time_scale=0.05, envoy_concurrency=1)
+    with Stack(options) as stack:
+        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant(tenant, tier, key)
+        yield stack
 
 
 def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:

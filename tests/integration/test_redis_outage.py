@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from sidecar.stack.readiness import redis_ping
-from sidecar.stack.stack import Stack, StackOptions, start_redis_server
-from tests.integration.helpers import StackConfig, scrape, wait_until
+from sidecar.stack.stack import start_redis_server
+from tests.integration.helpers import scrape, stack_with_tenant, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -21,11 +21,7 @@ P0_KEY = "outage-p0"
 
 @pytest.fixture(scope="module")
 def outage_stack(tmp_path_factory):
-    options = StackOptions.on_free_ports(
-        tmp_path_factory.mktemp("outage"), time_scale=0.05, envoy_concurrency=1
-    )
-    with Stack(options) as stack:
-        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant("outage-pay", "p0", P0_KEY)
+    with stack_with_tenant(tmp_path_factory.mktemp("outage"), "outage-pay", "p0", P0_KEY) as stack:
         yield stack
 
 

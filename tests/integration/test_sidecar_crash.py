@@ -10,8 +10,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack import readiness
-from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import StackConfig, wait_until
+from tests.integration.helpers import stack_with_tenant, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -20,11 +19,7 @@ P0_KEY = "crash-p0"
 
 @pytest.fixture(scope="module")
 def crash_stack(tmp_path_factory):
-    options = StackOptions.on_free_ports(
-        tmp_path_factory.mktemp("crash"), time_scale=0.05, envoy_concurrency=1
-    )
-    with Stack(options) as stack:
-        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant("crash-pay", "p0", P0_KEY)
+    with stack_with_tenant(tmp_path_factory.mktemp("crash"), "crash-pay", "p0", P0_KEY) as stack:
         yield stack
 
 

@@ -25,15 +25,6 @@ def test_adapt_moves_every_address_and_keeps_the_rest():
 def test_compose_config_is_the_local_config_with_container_addresses():
     local = envoy_config.load()
     compose = envoy_config.load(envoy_config.ENVOY_DIR / "compose.yaml")
-    for cluster in compose["static_resources"]["clusters"]:
-        assert cluster.pop("type") == "STRICT_DNS"
-    for cluster in local["static_resources"]["clusters"]:
-        assert cluster.pop("type") == "STATIC"
-    relocated = envoy_config.adapt(
-        compose,
-        listen=("127.0.0.1", 8080),
-        admin_port=9901,
-        sidecar=("127.0.0.1", 50051),
-        upstreams=[("127.0.0.1", 8001), ("127.0.0.1", 8002)],
-    )
-    assert relocated == local
+    assert {c["type"] for c in compose["static_resources"]["clusters"]} == {"STRICT_DNS"}
+    assert {c["type"] for c in local["static_resources"]["clusters"]} == {"STATIC"}
+    assert envoy_config.as_local(compose) == envoy_config.as_local(local)
