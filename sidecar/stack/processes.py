@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
 
 class StackError(RuntimeError):
     """A component did not start or did not become ready."""
-
-
-def _die_with_parent() -> None:
-    # If the process that started us dies without cleaning up (kill -9, a crashed test
-    # run), take this child down too instead of leaving it holding ports.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ManagedProcess:
@@ -51,9 +39,9 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 # Its own session: a Ctrl-C at the terminal reaches only the parent,
-                # which then stops the children in order.
+                # which then stops the children in order. (No preexec_fn: running Python
+                # between fork and exec deadlocks when the parent has threads, as gRPC's.)
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
     def send_signal(self, signum: int) -> None:
