@@ -40,8 +40,7 @@ CONCURRENCY = 8
 
 
 def _filters(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    listener = config["static_resources"]["listeners"][0]
-    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    manager = envoy_config.connection_manager(config)
     ext_proc = next(f for f in manager["http_filters"] if f["name"].endswith("ext_proc"))
     return manager, ext_proc
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import aiohttp
 
-from sidecar.stack.admin_client import StackConfig
 from sidecar.stack.stack import Stack, StackOptions
 
 MIX = (("p0", 0.2), ("p1", 0.4), ("p2", 0.4))
@@ -92,7 +91,7 @@ def main() -> None:
             sidecar_args=("--log-level", "WARNING"),
         )
         with Stack(options) as stack:
-            config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+            config = stack.config
             for tier, _ in MIX:
                 config.tenant(f"bench-{tier}", tier, f"bench-{tier}")
             # Slots, not token budgets, are the limit here.

@@ -56,8 +56,12 @@ def from_args(settings_class: type[T], args: argparse.Namespace) -> T:
 
 def _parse_env(env: str, kind: type, raw: str) -> Any:
     if kind is bool:
-        return raw.strip().lower() in ("1", "true", "yes", "on")
+        return parse_bool(raw)
     try:
         return kind(raw)
     except ValueError as exc:
         raise SystemExit(f"{env}={raw!r}: {exc}") from None
+
+
+def parse_bool(raw: str) -> bool:
+    return raw.strip().lower() in ("1", "true", "yes", "on")

@@ -8,13 +8,12 @@ import secrets
 import signal
 
 import grpc
-import redis.asyncio as redis
 from aiohttp import web
 from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import logs
+from sidecar import logs, redis_connect
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
 from sidecar.config.schema import Tier
@@ -68,8 +67,11 @@ class SidecarServer:
         self._admin: web.AppRunner | None = None
         self._ready = False
         # Every Redis call is bounded: a slow Redis must not hold requests for long.
-        self.redis = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25
+        self.redis = redis_connect.connect(
+            settings.redis_url,
+            settings.redis_cluster,
+            socket_timeout=0.25,
+            socket_connect_timeout=0.25,
         )
         self.watcher = ConfigWatcher(self.redis)
         self.config_store = ConfigStore(self.redis)

@@ -16,6 +16,9 @@ class SidecarSettings:
     admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
     admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
     redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")
+    redis_cluster: bool = setting(
+        False, "QOS_REDIS_CLUSTER", "REDIS_URL names a node of a Redis Cluster"
+    )
     decider: str = setting(
         "admission", "QOS_DECIDER", "decision policy: admission, or admit-all (QoS off)"
     )

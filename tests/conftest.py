@@ -13,11 +13,11 @@ import redis.asyncio as aioredis
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.redis_servers import start_redis_server
 from sidecar.stack.stack import (
     RunningSidecar,
     Stack,
     StackOptions,
-    start_redis_server,
     start_sidecar,
 )
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from sidecar import redis_connect
 from sidecar.config.store import ConfigStore
+from sidecar.options import parse_bool
 from sidecar.settings import DEFAULT_REDIS_URL
 
 
@@ -25,13 +27,21 @@ def add_redis_argument(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
         help="Redis holding the configuration [env REDIS_URL] (default: %(default)s)",
     )
+    parser.add_argument(
+        "--redis-cluster",
+        action=argparse.BooleanOptionalAction,
+        default=parse_bool(os.environ.get("QOS_REDIS_CLUSTER", "")),
+        help="the Redis URL names a node of a Redis Cluster [env QOS_REDIS_CLUSTER]",
+    )
 
 
 def run_with_store(
     args: argparse.Namespace, action: Callable[[ConfigStore, argparse.Namespace], Awaitable[Any]]
 ) -> int:
     async def go() -> None:
-        client = redis.Redis.from_url(args.redis_url, socket_connect_timeout=2, socket_timeout=5)
+        client = redis_connect.connect(
+            args.redis_url, args.redis_cluster, socket_connect_timeout=2, socket_timeout=5
+        )
         try:
             await action(ConfigStore(client), args)
         finally:

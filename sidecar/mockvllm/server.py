@@ -138,7 +138,7 @@ class MockVllm:
         seen = {
             f"x-mock-saw-{name.lower()}": value
             for name, value in request.headers.items()
-            if name.lower().startswith("x-qos-")
+            if name.lower().replace("_", "-").startswith("x-qos-")
         }
         if "priority" in body:
             seen["x-mock-saw-priority"] = str(priority)
@@ -198,7 +198,11 @@ class MockVllm:
 async def run(settings: Settings) -> None:
     mock = MockVllm(settings)
     # Like vLLM, abort a request whose client went away, streaming or not.
-    runner = web.AppRunner(mock.app(), handler_cancellation=True)
+    # vLLM's server (uvicorn with httptools) takes header lines of any length Envoy lets
+    # through (60 KiB); aiohttp's default of 8 KiB would refuse what vLLM accepts.
+    runner = web.AppRunner(
+        mock.app(), handler_cancellation=True, max_line_size=65536, max_field_size=65536
+    )
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     log.info("mock vLLM serving", extra={"port": settings.port, "model": settings.model})

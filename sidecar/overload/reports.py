@@ -20,13 +20,16 @@ STAMPS_KEY = "qos:{qos-pods}:stamps"
 # Entries dead this long are deleted by readers (pods that went away for good).
 FORGET_AFTER_MS = 60_000
 
-_STORE = resources.files("sidecar.overload").joinpath("store_report.lua").read_text()
+_SCRIPTS = resources.files("sidecar.overload")
+_STORE = _SCRIPTS.joinpath("store_report.lua").read_text()
+_READ = _SCRIPTS.joinpath("read_reports.lua").read_text()
 
 
 class ReportStore:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
         self._store = client.register_script(_STORE)
+        self._read = client.register_script(_READ)
 
     async def put(self, report: load_report_pb2.LoadReport, ttl_seconds: float) -> None:
         await self._store(
@@ -36,10 +39,8 @@ class ReportStore:
 
     async def fresh(self) -> list[PodLoad]:
         """The reports that still count, by Redis's clock."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.time().hgetall(REPORTS_KEY).hgetall(STAMPS_KEY)
-            (seconds, micros), reports, stamps = await pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000
+        now_ms, report_pairs, stamp_pairs = await self._read(keys=[REPORTS_KEY, STAMPS_KEY])
+        reports, stamps = _as_dict(report_pairs), _as_dict(stamp_pairs)
         fresh, dead = [], []
         for pod, stamp in stamps.items():
             received_ms, expires_ms = (int(x) for x in stamp.split())
@@ -65,3 +66,8 @@ class ReportStore:
             await self._redis.hdel(STAMPS_KEY, *dead)
             await self._redis.hdel(REPORTS_KEY, *dead)
         return fresh
+
+
+def _as_dict(pairs: list[bytes]) -> dict[bytes, bytes]:
+    """HGETALL's flat reply inside a script: field, value, field, value, …"""
+    return dict(zip(pairs[::2], pairs[1::2], strict=True))

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 TTFT, LATENCY = "ttft", "latency"
 _PUSH = resources.files("sidecar.slo").joinpath("push_samples.lua").read_text()
+_READ = resources.files("sidecar.slo").joinpath("read_samples.lua").read_text()
 
 
 def samples_key(tier: Tier) -> str:
@@ -54,8 +55,8 @@ def compliance(samples: list[Sample], max_age: float, min_samples: int) -> Compl
 
 class SampleStore:
     def __init__(self, client: redis.Redis) -> None:
-        self._redis = client
         self._push = client.register_script(_PUSH)
+        self._read = client.register_script(_READ)
 
     async def push(self, batch: dict[Tier, list[tuple[bool, float, str]]], window: int) -> None:
         keys, args = [], [window]
@@ -66,12 +67,7 @@ class SampleStore:
         await self._push(keys=keys, args=args)
 
     async def read(self, window: int) -> dict[Tier, list[Sample]]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.time()
-            for tier in Tier:
-                pipe.lrange(samples_key(tier), 0, window - 1)
-            (seconds, micros), *lists = await pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000
+        now_ms, *lists = await self._read(keys=[samples_key(tier) for tier in Tier], args=[window])
         result = {}
         for tier, entries in zip(Tier, lists, strict=True):
             parsed = []

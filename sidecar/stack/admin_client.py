@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
+from sidecar import redis_connect
 from sidecar.config.schema import QosConfig, Tenant
 from sidecar.config.store import ConfigStore
 
@@ -35,13 +35,14 @@ def sidecar_config_version(sidecar_admin_url: str) -> float:
 class StackConfig:
     """Changes the configuration of a running stack and waits until its sidecar has it."""
 
-    def __init__(self, redis_url: str, sidecar_admin_url: str) -> None:
+    def __init__(self, redis_url: str, sidecar_admin_url: str, cluster: bool = False) -> None:
         self._redis_url = redis_url
+        self._cluster = cluster
         self._admin = sidecar_admin_url
 
     def _run(self, change: Callable[[ConfigStore], Awaitable[int]]) -> int:
         async def go() -> int:
-            client = aioredis.Redis.from_url(self._redis_url)
+            client = redis_connect.connect(self._redis_url, self._cluster)
             try:
                 return await change(ConfigStore(client))
             finally:

@@ -42,6 +42,12 @@ def _by_name(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
     raise KeyError(f"no item named {name!r} in the Envoy config")
 
 
+def connection_manager(config: dict[str, Any]) -> dict[str, Any]:
+    """The ingress listener's HttpConnectionManager settings (in place, to change them)."""
+    listener = _by_name(config["static_resources"]["listeners"], "llm_ingress")
+    return listener["filter_chains"][0]["filters"][0]["typed_config"]
+
+
 def _socket(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 

@@ -44,6 +44,16 @@ class ManagedProcess:
                 start_new_session=True,
             )
 
+    def start_ready(self, check: Callable[[], bool]) -> ManagedProcess:
+        """Start, and wait until `check` holds; a process that never gets there is stopped."""
+        self.start()
+        try:
+            self.wait_ready(check)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
     def send_signal(self, signum: int) -> None:
         assert self._process is not None, f"{self.name} was not started"
         self._process.send_signal(signum)

@@ -8,14 +8,16 @@ first stopped, even when a later one fails to start.
 from __future__ import annotations
 
 import secrets
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sidecar.stack import envoy_config, readiness
+from sidecar.stack.admin_client import StackConfig
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess, StackError
+from sidecar.stack.redis_servers import start_redis_cluster, start_redis_server
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class StackOptions:
     admin_port: int = 9090
     redis_url: str = ""  # empty: start a local redis-server on redis_port
     redis_port: int = 6379
+    # A Redis Cluster: the sidecar follows its slots; with no redis_url the stack starts
+    # three masters (on redis_port and two free ports).
+    redis_cluster: bool = False
     replicas: int = 2
     mock_ports: tuple[int, ...] = ()  # default: 8001, 8002, …
     time_scale: float = 1.0
@@ -92,6 +97,11 @@ class Stack:
         return self.options.redis_url or f"redis://127.0.0.1:{self.options.redis_port}/0"
 
     @property
+    def config(self) -> StackConfig:
+        """Changes this stack's configuration, waiting until its sidecar has it."""
+        return StackConfig(self.redis_url, self.sidecar_admin_url, self.options.redis_cluster)
+
+    @property
     def redis_process_name(self) -> str | None:
         return None if self.options.redis_url else f"redis-{self.options.redis_port}"
 
@@ -139,7 +149,13 @@ class Stack:
             if not readiness.redis_ping(self.options.redis_url):
                 raise StackError(f"REDIS_URL={self.options.redis_url} does not answer PING")
             return
-        self.processes.append(start_redis_server(self.options.work_dir, self.options.redis_port))
+        if self.options.redis_cluster:
+            ports = (self.options.redis_port, free_port(), free_port())
+            self.processes += start_redis_cluster(self.options.work_dir, ports)
+        else:
+            self.processes.append(
+                start_redis_server(self.options.work_dir, self.options.redis_port)
+            )
 
     def _start_mocks(self) -> None:
         started = []
@@ -171,8 +187,9 @@ class Stack:
             start_sidecar(
                 self.options.work_dir,
                 self.redis_url,
-                "--admin-token",
-                self.admin_token,
+                # One argument: a token may start with "-", which argparse takes for a flag.
+                f"--admin-token={self.admin_token}",
+                *(["--redis-cluster"] if self.options.redis_cluster else []),
                 *self.options.sidecar_args,
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
@@ -209,63 +226,52 @@ class Stack:
             lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.mock_urls)
         )
 
-    def _start_envoy(self) -> None:
-        config = envoy_config.adapt(
+    def envoy_config(self, listen_port: int, admin_port: int) -> dict[str, Any]:
+        """The stack's Envoy config, listening on `listen_port`, in front of its sidecar and
+        mock GPUs (a test may start a second Envoy from it)."""
+        return envoy_config.adapt(
             envoy_config.load(self.options.envoy_config),
-            listen=(self.options.listen_host, self.options.listen_port),
-            admin_port=self.options.envoy_admin_port,
+            listen=(self.options.listen_host, listen_port),
+            admin_port=admin_port,
             sidecar=("127.0.0.1", self.options.grpc_port),
             upstreams=[("127.0.0.1", port) for port in self.options.replica_ports],
         )
-        path = envoy_config.write(config, self.options.work_dir / "envoy.yaml")
-        argv = [
-            envoy_config.envoy_binary(),
-            "-c",
-            str(path),
-            "--log-level",
-            "warning",
-            # Several Envoys share this machine in tests: no shared-memory hot restart.
-            "--disable-hot-restart",
-        ]
-        if self.options.envoy_concurrency:
-            argv += ["--concurrency", str(self.options.envoy_concurrency)]
-        envoy = self._launch("envoy", argv)
-        envoy.wait_ready(lambda: readiness.envoy_ready(self.envoy_admin_url))
 
-
-def start_redis_server(work_dir: Path, port: int, *extra: str) -> ManagedProcess:
-    """A redis-server on 127.0.0.1:`port`, persistence off, ready when it returns."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise StackError(
-            "redis-server not found: install it (apt-get install redis-server) "
-            "or point REDIS_URL at a running Redis"
+    def _start_envoy(self) -> None:
+        config = self.envoy_config(self.options.listen_port, self.options.envoy_admin_port)
+        self.processes.append(
+            start_envoy(
+                config,
+                self.options.work_dir,
+                self.options.envoy_admin_port,
+                concurrency=self.options.envoy_concurrency,
+            )
         )
-    redis = ManagedProcess(
-        f"redis-{port}",
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(work_dir),
-            *extra,
-        ],
-        work_dir / f"redis-{port}.log",
-    )
-    redis.start()
-    try:
-        redis.wait_ready(lambda: readiness.redis_ping(f"redis://127.0.0.1:{port}/0"))
-    except BaseException:
-        redis.stop()
-        raise
-    return redis
+
+
+def start_envoy(
+    config: dict[str, Any],
+    work_dir: Path,
+    admin_port: int,
+    name: str = "envoy",
+    concurrency: int = 0,
+) -> ManagedProcess:
+    """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns."""
+    path = envoy_config.write(config, work_dir / f"{name}.yaml")
+    argv = [
+        envoy_config.envoy_binary(),
+        "-c",
+        str(path),
+        "--log-level",
+        "warning",
+        # Several Envoys share this machine in tests: no shared-memory hot restart.
+        "--disable-hot-restart",
+    ]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    envoy = ManagedProcess(name, argv, work_dir / f"{name}.log")
+    envoy.start_ready(lambda: readiness.envoy_ready(f"http://127.0.0.1:{admin_port}"))
+    return envoy
 
 
 @dataclass(frozen=True)
@@ -304,10 +310,5 @@ def start_sidecar(
         ],
         work_dir / f"{name}.log",
     )
-    process.start()
-    try:
-        process.wait_ready(lambda: readiness.grpc_serving(address))
-    except BaseException:
-        process.stop()
-        raise
+    process.start_ready(lambda: readiness.grpc_serving(address))
     return RunningSidecar(process, address, f"http://127.0.0.1:{admin_port}")

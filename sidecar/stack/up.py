@@ -31,6 +31,11 @@ class Settings:
     admin_port: int = setting(9090, None, "sidecar admin HTTP port")
     redis_url: str = setting("", "REDIS_URL", "use this Redis instead of starting one")
     redis_port: int = setting(6379, None, "port of the redis-server started when no REDIS_URL")
+    redis_cluster: bool = setting(
+        False,
+        "QOS_REDIS_CLUSTER",
+        "a Redis Cluster: REDIS_URL names one of its nodes, or three masters are started",
+    )
     replicas: int = setting(2, None, "mock vLLM replicas")
     mock_base_port: int = setting(8001, None, "port of the first mock vLLM replica")
     time_scale: float = setting(1.0, None, "mock vLLM time scale (0.1 = ten times faster)")
@@ -49,6 +54,7 @@ def main(settings: Settings) -> int:
         admin_port=settings.admin_port,
         redis_url=settings.redis_url,
         redis_port=settings.redis_port,
+        redis_cluster=settings.redis_cluster,
         replicas=settings.replicas,
         mock_ports=tuple(settings.mock_base_port + i for i in range(settings.replicas)),
         time_scale=settings.time_scale,
@@ -85,7 +91,11 @@ def _print_endpoints(stack: Stack) -> None:
         ("sidecar gRPC", stack.sidecar_grpc, "sidecar"),
         ("sidecar admin", stack.sidecar_admin_url, None),
         ("ops dashboard", stack.dashboard_url, None),
-        ("Redis", stack.redis_url, stack.redis_process_name),
+        (
+            "Redis Cluster" if stack.options.redis_cluster else "Redis",
+            stack.redis_url,
+            stack.redis_process_name,
+        ),
     ]
     for i, url in enumerate(stack.mock_urls, start=1):
         rows.append((f"mock vLLM {i}", url, f"mock-vllm-{i}"))

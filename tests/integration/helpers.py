@@ -8,11 +8,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sidecar.stack.admin_client import StackConfig, scrape, sidecar_config_version
+from sidecar.stack.admin_client import scrape, sidecar_config_version
 from sidecar.stack.stack import Stack, StackOptions
 
 __all__ = [
-    "StackConfig",
     "decision_count",
     "scrape",
     "sidecar_config_version",
@@ -22,11 +21,13 @@ __all__ = [
 
 
 @contextmanager
-def stack_with_tenant(work_dir: Path, tenant: str, tier: str, key: str) -> Iterator[Stack]:
+def stack_with_tenant(
+    work_dir: Path, tenant: str, tier: str, key: str, **options: object
+) -> Iterator[Stack]:
     """A fast local stack (two mock GPUs at 20x speed) with one tenant and its key."""
-    options = StackOptions.on_free_ports(work_dir, time_scale=0.05, envoy_concurrency=1)
+    options = StackOptions.on_free_ports(work_dir, time_scale=0.05, envoy_concurrency=1, **options)
     with Stack(options) as stack:
-        StackConfig(stack.redis_url, stack.sidecar_admin_url).tenant(tenant, tier, key)
+        stack.config.tenant(tenant, tier, key)
         yield stack
 
 

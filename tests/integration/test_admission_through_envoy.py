@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from sidecar.policy.fallbacks import FINISH_REASON
-from tests.integration.helpers import StackConfig, decision_count
+from tests.integration.helpers import decision_count
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ P2_KEY, P0_KEY = "test-key-bulk", "test-key-pay"
 @pytest.fixture
 def config(stack):
     """The stack's configuration, with two tenants; defaults restored afterwards."""
-    config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+    config = stack.config
     config.tenant("bulk", "p2", P2_KEY)
     config.tenant("pay", "p0", P0_KEY)
     yield config

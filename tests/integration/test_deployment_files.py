@@ -66,7 +66,7 @@ def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
     patches = {p["applyTo"]: p["patch"] for p in envoy_filter["spec"]["configPatches"]}
     config = envoy_config.load()
     resources = config["static_resources"]
-    manager = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager = envoy_config.connection_manager(config)
     manager["http_filters"] = [f for f in manager["http_filters"] if "ext_proc" not in f["name"]]
     manager["http_filters"].insert(0, patches["HTTP_FILTER"]["value"])
     manager["access_log"] = patches["NETWORK_FILTER"]["value"]["typed_config"]["access_log"]

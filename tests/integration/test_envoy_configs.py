@@ -52,7 +52,7 @@ def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
     snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
     config = envoy_config.load()
     resources = config["static_resources"]
-    manager = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager = envoy_config.connection_manager(config)
     manager["http_filters"] = [
         f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
     ]

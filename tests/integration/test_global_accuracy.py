@@ -8,7 +8,6 @@ import time
 import aiohttp
 import pytest
 
-from sidecar.stack.admin_client import StackConfig
 from sidecar.stack.stack import Stack, StackOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -41,7 +40,7 @@ def gateways(tmp_path_factory):
             )
         )
         with second:
-            config = StackConfig(first.redis_url, first.sidecar_admin_url)
+            config = first.config
             config.tenant("accuracy", "p1", KEY)
             config.set(
                 {
@@ -50,9 +49,7 @@ def gateways(tmp_path_factory):
                     "tiers": {"p1": {"max_queue_wait_seconds": 0, "shed_below_free_kv": None}},
                 }
             )
-            StackConfig(first.redis_url, second.sidecar_admin_url)._run(
-                lambda store: store.version()
-            )  # the second sidecar has it too
+            second.config.sync()  # the second sidecar has it too
             yield first, second
 
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import StackConfig, scrape, wait_until
+from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -31,7 +31,7 @@ def kv_stack(tmp_path_factory):
         mock_args=("--kv-cache-tokens", str(KV_BLOCKS * BLOCK), "--decode-step-ms", "2000"),
     )
     with Stack(options) as stack:
-        config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+        config = stack.config
         for tier, key in KEYS.items():
             config.tenant(f"tenant-{tier}", tier, key)
         config.set({"tiers": {"p0": {"max_prompt_tokens": None}}})

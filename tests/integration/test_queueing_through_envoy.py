@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import StackConfig, scrape, wait_until
+from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -28,7 +28,7 @@ def queue_stack(tmp_path_factory):
         mock_args=("--scheduling-policy", "priority"),
     )
     with Stack(options) as stack:
-        config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+        config = stack.config
         for tier, key in KEYS.items():
             config.tenant(f"queue-{tier}", tier, key)
         yield stack
@@ -36,7 +36,7 @@ def queue_stack(tmp_path_factory):
 
 @pytest.fixture
 def config(queue_stack):
-    config = StackConfig(queue_stack.redis_url, queue_stack.sidecar_admin_url)
+    config = queue_stack.config
     yield config
     config.set({})
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack.readiness import redis_ping
-from sidecar.stack.stack import start_redis_server
+from sidecar.stack.redis_servers import start_redis_server
 from tests.integration.helpers import scrape, stack_with_tenant, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

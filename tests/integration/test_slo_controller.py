@@ -16,7 +16,7 @@ from sidecar.config.schema import QosConfig, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.slo.samples import samples_key
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import StackConfig, scrape, wait_until
+from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -62,7 +62,7 @@ def slo_stack(tmp_path_factory):
         tmp_path_factory.mktemp("slo-stack"), replicas=1, envoy_concurrency=1
     )
     with Stack(options) as stack:
-        config = StackConfig(stack.redis_url, stack.sidecar_admin_url)
+        config = stack.config
         config.tenant("slo-pay", "p0", P0_KEY)
         config.tenant("slo-bulk", "p2", P2_KEY)
         config.set(

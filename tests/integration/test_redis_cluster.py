@@ -1,0 +1,131 @@
+"""The whole stack on a Redis Cluster of three masters: budgets, load reports, config
+changes, SLO samples and the controller's lease work unchanged, and a master killed under
+load sends budgets local until it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import aiohttp
+import pytest
+import redis
+
+from sidecar.config.schema import QosConfig
+from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.stack.redis_servers import cluster_ok, start_cluster_node
+from tests.integration.helpers import scrape, stack_with_tenant, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+P0_KEY, P1_KEY = "cluster-p0", "cluster-p1"
+BODY = {"messages": [{"role": "user", "content": "x" * 384}], "max_tokens": 1}
+ALLOWED = 10  # the P1 tenant's burst, in requests
+
+
+@pytest.fixture(scope="module")
+def cluster_stack(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("cluster")
+    with stack_with_tenant(work_dir, "cluster-pay", "p0", P0_KEY, redis_cluster=True) as stack:
+        yield stack
+
+
+def cluster_ports(stack) -> list[int]:
+    return [
+        int(p.name.removeprefix("redis-")) for p in stack.processes if p.name.startswith("redis-")
+    ]
+
+
+def master_of(stack, key: str) -> int:
+    """The port of the master that holds `key`'s slot."""
+    node = redis.Redis(port=stack.options.redis_port, decode_responses=True)
+    try:
+        slot = node.cluster("KEYSLOT", key)
+        for start, end, (_host, port, *_rest), *_replicas in node.cluster("SLOTS"):
+            if start <= slot <= end:
+                return int(port)
+    finally:
+        node.close()
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+async def post(session, url, key, body) -> tuple[int, str | None]:
+    async with session.post(
+        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+    ) as response:
+        await response.read()
+        return response.status, response.headers.get("x-qos-decision")
+
+
+async def test_a_tenant_budget_admits_exactly_its_burst_on_the_cluster(cluster_stack):
+    stack = cluster_stack
+    cost = estimate_prompt_tokens(BODY) * QosConfig().tiers.p1.weight
+    stack.config.set({"tiers": {"p1": {"max_queue_wait_seconds": 0}}})
+    # Refills one token a second: nothing that matters during the test.
+    stack.config.tenant(
+        "cluster-batch", "p1", P1_KEY, rate_tokens_per_second=1, burst_seconds=ALLOWED * cost
+    )
+    async with aiohttp.ClientSession() as session:
+        results = [await post(session, stack.envoy_url, P1_KEY, BODY) for _ in range(ALLOWED + 5)]
+    admitted = [r for r in results if r == (200, None)]
+    assert len(admitted) == ALLOWED, results
+    assert results[ALLOWED:] == [(429, "tenant_rate_limited")] * 5
+
+    # It really is a cluster: the sidecar's keys live on all three masters.
+    sizes = [redis.Redis(port=port).dbsize() for port in cluster_ports(stack)]
+    assert len(sizes) == 3 and all(size > 0 for size in sizes), sizes
+
+
+async def test_reports_samples_and_the_controller_lease_work_on_the_cluster(cluster_stack):
+    stack = cluster_stack
+    async with aiohttp.ClientSession() as session:
+        for _ in range(5):
+            assert await post(session, stack.envoy_url, P0_KEY, BODY) == (200, None)
+
+    def samples() -> dict[str, float]:
+        return scrape(f"{stack.sidecar_admin_url}/metrics")
+
+    assert samples()["qos_pods_reporting{}"] == 2  # reports stored and read on Redis's clock
+    await wait_until(lambda: samples()['qos_slo_samples{tier="p0"}'] >= 5, what="P0 samples")
+    assert samples()["qos_controller_leader{}"] == 1
+
+
+@pytest.mark.timeout(90)
+async def test_a_master_killed_under_load_sends_budgets_local_until_it_is_back(cluster_stack):
+    stack = cluster_stack
+    port = master_of(stack, "qos:{bucket-p0}:tier")
+    results: list[tuple[int, str | None]] = []
+    stop = asyncio.Event()
+
+    def budgets_local() -> bool:
+        return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
+
+    async def load(session):
+        while not stop.is_set():
+            results.append(await post(session, stack.envoy_url, P0_KEY, BODY))
+            await asyncio.sleep(0.02)
+
+    async with aiohttp.ClientSession() as session:
+        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+        await wait_until(lambda: len(results) >= 20, what="load running")
+        assert not budgets_local()
+        stack.process(f"redis-{port}").send_signal(signal.SIGKILL)
+        await wait_until(budgets_local, what="budgets local")
+        during = len(results)
+        await asyncio.sleep(2)
+        assert len(results) > during + 20  # P0 kept flowing without that master
+
+        stack.processes.append(start_cluster_node(stack.options.work_dir, port))
+        ports = cluster_ports(stack)
+        await wait_until(lambda: all(cluster_ok(p, 3) for p in ports), what="cluster ok")
+        back_at = time.monotonic()
+        await wait_until(lambda: not budgets_local(), within=3, what="shared budgets")
+        assert time.monotonic() - back_at <= 1.0
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(*clients)
+
+    assert stack.process("sidecar").running()
+    failed = [r for r in results if r != (200, None)]
+    assert failed == [], failed[:5]
