@@ -24,6 +24,7 @@ COMMANDS = {
     "tenants": ("sidecar.commands.tenants", "add, list and remove tenants and their API keys"),
     "config": ("sidecar.commands.config", "show, set, import and export the QoS configuration"),
     "mode": ("sidecar.commands.mode", "get or switch the operator mode: normal, core-only, shadow"),
+    "bench": ("sidecar.benchmarks.command", "run a benchmark scenario (promo: the flash sale)"),
 }
 
 

@@ -23,6 +23,7 @@ from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
+from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
 from sidecar.metrics import BucketLevelCollector, SidecarMetrics
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 LOAD_REPORTER_SERVICE = "qos.v1.LoadReporter"
+# How long after an exchange's ext_proc stream ends its slot waits for the access log.
+UNLOGGED_GRACE_SECONDS = 1.0
 
 _GRPC_OPTIONS = [
     # Refuse to start on a port another process holds, instead of sharing it silently.
@@ -98,7 +101,8 @@ class SidecarServer:
             lambda: self.queue.sidecars_alive,
             timeout=settings.redis_timeout_ms / 1000,
         )
-        self.metrics.registry.register(DegradedCollector(self.limiter))
+        self.overlimit = OverLimitCache(self.limiter) if settings.over_limit_cache else None
+        self.metrics.registry.register(DegradedCollector(self.limiter, self.overlimit))
         samples = SampleStore(self.redis)
         self.samples = SampleRecorder(samples, lambda: self.watcher.current.config)
         self.controller = SloController(
@@ -130,7 +134,13 @@ class SidecarServer:
         if admitted.tier:
             self.samples.record(Tier(admitted.tier), TTFT, seconds)
 
-    def _stream_ended_early(self, slot: str) -> None:
+    def _stream_ended(self, slot: str) -> None:
+        # The access log normally gives the slot back, with the exchange's outcome and
+        # timings; give it a moment to. What it never names (the client left before
+        # Envoy applied the decision) is given back here.
+        asyncio.get_running_loop().call_later(UNLOGGED_GRACE_SECONDS, self._unlogged_end, slot)
+
+    def _unlogged_end(self, slot: str) -> None:
         released = self.queue.release(slot)
         if released is not None:
             self.metrics.exchange_ends.labels(released.tier.value, "before_response").inc()
@@ -145,7 +155,12 @@ class SidecarServer:
         await self.samples.start()
         await self.controller.start()
         decider = build_decider(
-            self.settings, self.redis, self.watcher, self.monitor, self.queue, self.limiter
+            self.settings,
+            self.redis,
+            self.watcher,
+            self.monitor,
+            self.queue,
+            self.overlimit or self.limiter,
         )
         levels = getattr(decider, "bucket_levels", None)
         if levels is not None:
@@ -153,11 +168,13 @@ class SidecarServer:
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
-            ExternalProcessor(decider, self.metrics, self._stream_ended_early, self._first_byte),
+            ExternalProcessor(decider, self.metrics, self._stream_ended, self._first_byte),
             self._grpc,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
+        if self.settings.grpc_socket:
+            self._grpc.add_insecure_port(f"unix:{self.settings.grpc_socket}")
         await self._grpc.start()
         app = admin_app(self.metrics, lambda: self._ready)
         add_dashboard_routes(app, self, self.admin_token)
@@ -178,6 +195,7 @@ class SidecarServer:
             "sidecar serving",
             extra={
                 "grpc": self.settings.grpc_address,
+                "grpc_socket": self.settings.grpc_socket or None,
                 "admin": f"{self.settings.admin_host}:{self.settings.admin_port}",
                 "decider": self.settings.decider,
             },

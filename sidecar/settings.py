@@ -13,6 +13,11 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 class SidecarSettings:
     grpc_host: str = setting("127.0.0.1", "QOS_GRPC_HOST", "address the gRPC server binds")
     grpc_port: int = setting(50051, "QOS_GRPC_PORT", "ext_proc and load-report gRPC port")
+    grpc_socket: str = setting(
+        "",
+        "QOS_GRPC_SOCKET",
+        "also serve gRPC on this Unix socket path (an Envoy on the same host may use it)",
+    )
     admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
     admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
     redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")
@@ -32,6 +37,11 @@ class SidecarSettings:
         10.0,
         "QOS_REDIS_TIMEOUT_MS",
         "longest a decision waits on Redis before budgets go local (until Redis is back)",
+    )
+    over_limit_cache: bool = setting(
+        True,
+        "QOS_OVER_LIMIT_CACHE",
+        "refuse locally, without Redis, what a bucket that just refused must refuse again",
     )
     admin_token: str = setting(
         "",

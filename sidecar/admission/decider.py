@@ -24,7 +24,13 @@ from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
-from sidecar.limiter.buckets import BucketSpec, Limiter, tenant_bucket_key, tier_bucket_key
+from sidecar.limiter.buckets import (
+    BucketSpec,
+    Limiter,
+    Verdict,
+    tenant_bucket_key,
+    tier_bucket_key,
+)
 from sidecar.openai_api.prompt import PromptCounter
 from sidecar.openai_api.request import (
     CompletionRequest,
@@ -89,9 +95,17 @@ class AdmissionDecider:
         self._shedding = shedding
         self._queue = queue
         self._clock = clock
+        # Budget tokens that requests held here are waiting for, per bucket: a newcomer
+        # waits behind them, so it is held only if the bucket can serve them all in time.
+        self._budget_waiting: dict[str, float] = {}
         self._sample = sample
         # Tokens left in each tier's bucket after this sidecar's last call, for /metrics.
         self.bucket_levels: dict[Tier, float] = {}
+
+    def watch_response(self) -> bool:
+        """A sample (slo.ttft_sample_rate) of exchanges: their first token is timed."""
+        rate = self._snapshot().config.slo.ttft_sample_rate
+        return rate > 0 and self._sample() < rate
 
     async def decide(self, request: RequestView) -> Decision:
         snapshot = self._snapshot()
@@ -165,28 +179,32 @@ class AdmissionDecider:
         if not request.tier_config.sheddable:
             return await self._take_slot(request, "admitted_over_budget")
         max_wait = request.tier_config.max_queue_wait_seconds
-        if self._queue is not None and verdict.retry_after <= max_wait:
+        ahead = self._budget_waiting.get(refused.key, 0.0) / refused.rate
+        if self._queue is not None and verdict.retry_after + ahead <= max_wait:
             return Hold(
-                lambda: self._wait_for_budget(request, cost, buckets, verdict.retry_after),
+                lambda: self._wait_for_budget(request, cost, refused.key, buckets, verdict),
                 max_wait,
                 tier=request.tier.value,
             )
         return request.refuse(Reason.SHED_TIER_BUDGET)
 
     async def _wait_for_budget(
-        self, request: _Request, cost: float, buckets: list[BucketSpec], retry_after: float
+        self, request: _Request, cost: float, key: str, buckets: list[BucketSpec], verdict: Verdict
     ) -> Final:
         """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
         started = self._clock()
         deadline = started + request.tier_config.max_queue_wait_seconds
-        while True:
-            await asyncio.sleep(retry_after)
-            verdict = await self._limiter.acquire(cost, buckets)
-            if verdict.allowed:
-                break
-            retry_after = verdict.retry_after if verdict.retry_after is not None else deadline
-            if self._clock() + retry_after > deadline:
-                return request.refuse(Reason.SHED_TIER_BUDGET)
+        self._budget_waiting[key] = self._budget_waiting.get(key, 0.0) + cost
+        try:
+            while True:
+                await asyncio.sleep(verdict.retry_after or 0.0)
+                verdict = await self._limiter.acquire(cost, buckets)
+                if verdict.allowed:
+                    break
+                if verdict.retry_after is None or self._clock() + verdict.retry_after > deadline:
+                    return request.refuse(Reason.SHED_TIER_BUDGET)
+        finally:
+            self._budget_waiting[key] -= cost
         return await self._wait_for_slot(request, deadline - self._clock(), started)
 
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
@@ -219,8 +237,7 @@ class AdmissionDecider:
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
         admit = _admit(request.view, request.identity, _engine_body(request), reason, slot, waited)
-        rate = request.snapshot.config.slo.ttft_sample_rate
-        if request.completion.stream and rate > 0 and self._sample() < rate:
+        if request.completion.stream and request.view.response_watched:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit

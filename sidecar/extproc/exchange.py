@@ -9,7 +9,10 @@
                            RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
 
 The decision is taken once, when the whole request is known: at the headers when the
-request has no body, else at the end of the (BUFFERED) body. A held request is answered
+request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
+phases only for the sample of exchanges the sidecar asks for at the request headers
+(mode_override), to time their first token; the others cost no round trip after the
+decision, and their end is learnt from the access log. A held request is answered
 twice: first with override_message_timeout (so Envoy waits past its message timeout),
 then with the final decision. Any message that does not fit the current phase is a
 protocol error: the processing mode in Envoy's config does not match this sidecar's.
@@ -63,6 +66,7 @@ class Exchange:
         self.phase = Phase.REQUEST_HEADERS
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
+        self.response_watched = False  # Envoy was asked for the response headers
         self.decision: Final | None = None
         self.decision_seconds: float | None = None
         self._body = bytearray()
@@ -100,7 +104,12 @@ class Exchange:
                 yield answer
             return
         self.phase = Phase.REQUEST_BODY
-        yield messages.continue_message("request_headers")
+        # Responses are not sent by default (a round trip each): ask for a sample.
+        self.response_watched = self._decider.watch_response()
+        if self.response_watched:
+            yield messages.watch_response_message()
+        else:
+            yield messages.continue_message("request_headers")
 
     async def _on_request_body(self, body: ext_proc.HttpBody) -> Answers:
         self._body += body.body
@@ -142,7 +151,9 @@ class Exchange:
         yield messages.continue_message("response_trailers")
 
     async def _decide(self, kind: str, body: bytes | None) -> Answers:
-        view = RequestView(self.method, self.path, self.request_headers, body)
+        view = RequestView(
+            self.method, self.path, self.request_headers, body, self.response_watched
+        )
         started = time.perf_counter()
         decision = await self._ask(self._decider.decide, view)
         if isinstance(decision, Hold):

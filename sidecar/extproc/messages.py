@@ -66,6 +66,19 @@ def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
 
 
+def watch_response_message() -> ext_proc.ProcessingResponse:
+    """Continue the request headers, and send this exchange's response headers too (the
+    filter's config skips them); the request body stays BUFFERED. Needs allow_mode_override."""
+    return ext_proc.ProcessingResponse(
+        request_headers=ext_proc.HeadersResponse(),
+        mode_override=processing_mode_pb2.ProcessingMode(
+            request_body_mode=processing_mode_pb2.ProcessingMode.BUFFERED,
+            response_header_mode=processing_mode_pb2.ProcessingMode.SEND,
+            response_body_mode=processing_mode_pb2.ProcessingMode.NONE,
+        ),
+    )
+
+
 def watch_body_message() -> ext_proc.ProcessingResponse:
     """Continue the response headers, and send this response's body chunks too (to time
     the first token); needs allow_mode_override in the filter config."""

@@ -21,12 +21,12 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         self,
         decider: Decider,
         metrics: SidecarMetrics,
-        release_slot: Callable[[str], object] | None = None,
+        stream_ended: Callable[[str], object] | None = None,
         on_first_byte: Callable[[Admit, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
-        self._release_slot = release_slot
+        self._stream_ended = stream_ended  # with the slot of an admitted exchange
         self._on_first_byte = on_first_byte
 
     async def Process(
@@ -36,6 +36,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
     ) -> AsyncIterator[ext_proc.ProcessingResponse]:
         exchange = Exchange(self._decider, self._record, self._on_first_byte)
         self._metrics.streams_open.inc()
+        closed_by_envoy = True
         try:
             async for message in request_iterator:
                 try:
@@ -46,20 +47,21 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
                     log.warning("ext_proc protocol error: %s", error)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
                 if exchange.phase is Phase.DONE:
+                    closed_by_envoy = False
                     return
         finally:
             self._metrics.streams_open.dec()
             admitted = exchange.admitted
             if (
-                self._release_slot is not None
+                self._stream_ended is not None
                 and admitted is not None
                 and admitted.slot
-                and exchange.phase is Phase.RESPONSE_HEADERS
+                and closed_by_envoy
             ):
-                # The stream ended before any response: the client left, or the upstream
-                # failed, before the request got anywhere. Its slot is free now; Envoy's
-                # access log, should it name the slot too, finds it given back already.
-                self._release_slot(admitted.slot)
+                # Envoy keeps the stream open until the exchange ends, so its exchange is
+                # over, or the client left while it was being decided; then the access
+                # log may not name the slot (Envoy never applied the decision).
+                self._stream_ended(admitted.slot)
 
     def _record(self, decision: Decision, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"

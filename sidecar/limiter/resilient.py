@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
+from sidecar.limiter.overlimit import OverLimitCache
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,10 @@ class ResilientLimiter:
     async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         if not self.degraded:
             try:
-                return await asyncio.wait_for(self._shared.acquire(cost, buckets), self._timeout)
+                # A deadline on this task, not a task of its own (as wait_for makes): the
+                # decision path stays cheap.
+                async with asyncio.timeout(self._timeout):
+                    return await self._shared.acquire(cost, buckets)
             except (redis.RedisError, TimeoutError) as error:
                 redis_errors.note("limiter")
                 self._go_local(error)
@@ -115,8 +119,9 @@ class ResilientLimiter:
 
 
 class DegradedCollector(Collector):
-    def __init__(self, limiter: ResilientLimiter) -> None:
+    def __init__(self, limiter: ResilientLimiter, overlimit: OverLimitCache | None = None) -> None:
         self._limiter = limiter
+        self._overlimit = overlimit
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -128,4 +133,9 @@ class DegradedCollector(Collector):
             "qos_budget_mode_switches",
             "Switches between shared (Redis) and local budgets.",
             value=self._limiter.switches,
+        )
+        yield CounterMetricFamily(
+            "qos_budget_refusals_cached",
+            "Budget refusals answered from the over-limit cache, without a Redis call.",
+            value=self._overlimit.hits if self._overlimit else 0,
         )

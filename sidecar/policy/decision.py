@@ -20,6 +20,8 @@ class RequestView:
     path: str
     headers: Mapping[str, str]  # lower-case names
     body: bytes | None  # None when the request had no body
+    # Envoy was asked for this exchange's response: its first token may be timed.
+    response_watched: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,17 @@ Decision = Admit | Respond | Hold
 class Decider(Protocol):
     async def decide(self, request: RequestView) -> Decision: ...
 
+    def watch_response(self) -> bool:
+        """Whether to have Envoy send this exchange's response (asked as its request
+        begins; each watched response costs a gRPC round trip or more)."""
+        ...
+
 
 class AdmitAll:
     """Sends everything upstream unchanged: the policy of a sidecar with QoS off."""
 
     async def decide(self, request: RequestView) -> Decision:
         return Admit()
+
+    def watch_response(self) -> bool:
+        return False

@@ -48,6 +48,20 @@ def connection_manager(config: dict[str, Any]) -> dict[str, Any]:
     return listener["filter_chains"][0]["filters"][0]["typed_config"]
 
 
+def without_qos(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `config` as the same Envoy would run with no QoS: no ext_proc filter, no
+    access-log stream to the sidecar."""
+    config = copy.deepcopy(config)
+    manager = connection_manager(config)
+    manager["http_filters"] = [
+        f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
+    ]
+    manager.pop("access_log", None)
+    for host in manager["route_config"]["virtual_hosts"]:
+        host.pop("typed_per_filter_config", None)
+    return config
+
+
 def _socket(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 

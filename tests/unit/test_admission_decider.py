@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -263,6 +264,26 @@ async def test_a_bucket_that_refills_soon_is_waited_for():
 
 
 @pytest.mark.asyncio
+async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_in_time():
+    # P2's bucket refills 50 tokens a second; each request costs about 104.
+    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=0.5))
+    decider, _ = queued_decider(
+        refusing, max_concurrency=5, fleet={"capacity_tokens_per_second": 1000}
+    )
+    first = await decider.decide(chat("k-p2"))
+    assert isinstance(first, Hold)
+    waiting = asyncio.create_task(first.resume())
+    await asyncio.sleep(0)  # it now waits for ~104 tokens: 2 s of refill
+    second = await decider.decide(chat("k-p2"))
+    assert isinstance(second, Respond) and second.reason == "shed_tier_budget"
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    third = await decider.decide(chat("k-p2"))  # nobody waits any more: held again
+    assert isinstance(third, Hold)
+
+
+@pytest.mark.asyncio
 async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
     decision = await decider.decide(chat("k-p2", priority=-100))
@@ -279,7 +300,11 @@ async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
 @pytest.mark.asyncio
 async def test_streamed_answers_are_sampled_for_their_first_token_time():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 1.0})
-    assert (await decider.decide(chat("k-p2", stream=True))).time_first_byte
-    assert not (await decider.decide(chat("k-p2"))).time_first_byte
+    assert decider.watch_response()
+    watched = dataclasses.replace(chat("k-p2", stream=True), response_watched=True)
+    assert (await decider.decide(watched)).time_first_byte
+    assert not (await decider.decide(chat("k-p2", stream=True))).time_first_byte  # not asked
+    whole = dataclasses.replace(chat("k-p2"), response_watched=True)
+    assert not (await decider.decide(whole)).time_first_byte  # nothing to time
     never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
-    assert not (await never.decide(chat("k-p2", stream=True))).time_first_byte
+    assert not any(never.watch_response() for _ in range(100))

@@ -46,9 +46,13 @@ def response_headers(status: str = "200", end_of_stream: bool = False):
 class Recording:
     """A decider that remembers what it saw and answers what it was told."""
 
-    def __init__(self, decision: Decision | Exception) -> None:
+    def __init__(self, decision: Decision | Exception, watch: bool = True) -> None:
         self.decision = decision
+        self.watch = watch
         self.seen: list[RequestView] = []
+
+    def watch_response(self) -> bool:
+        return self.watch
 
     async def decide(self, request: RequestView) -> Decision:
         self.seen.append(request)
@@ -233,3 +237,26 @@ async def test_unsampled_streams_are_not_watched():
     await exchange.handle(request_body(BODY))
     answer = await exchange.handle(response_headers())
     assert not answer.HasField("mode_override")
+
+
+@pytest.mark.asyncio
+async def test_envoy_is_asked_for_the_response_only_when_the_decider_watches_it():
+    watched = Recording(Admit(slot="s"), watch=True)
+    exchange = Exchange(watched)
+    answer = await exchange.handle(request_headers())
+    assert answer.WhichOneof("response") == "request_headers"
+    mode = answer.mode_override
+    assert (mode.request_body_mode, mode.response_header_mode, mode.response_body_mode) == (
+        ProcessingMode.BUFFERED,
+        ProcessingMode.SEND,
+        ProcessingMode.NONE,
+    )
+    await exchange.handle(request_body(BODY))
+    assert watched.seen[0].response_watched and exchange.response_watched
+
+    unwatched = Recording(Admit(slot="s"), watch=False)
+    exchange = Exchange(unwatched)
+    answer = await exchange.handle(request_headers())
+    assert not answer.HasField("mode_override")
+    await exchange.handle(request_body(BODY))
+    assert not unwatched.seen[0].response_watched and not exchange.response_watched

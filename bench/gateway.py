@@ -1,0 +1,517 @@
+"""The gateway side by side: Envoy alone, Envoy + a do-nothing ext_proc, Envoy + qos-sidecar.
+
+Three Envoys run at once on this machine, built from the shipped envoy.yaml, each with
+one worker, all in front of the same upstream: a fourth Envoy answering every request
+with a canned chat completion, so the figures are the gateway's and not a GPU stand-in's.
+
+  alone     envoy.yaml without the ext_proc filter and the access-log stream
+  noop      envoy.yaml with its ext_proc cluster pointed at bench/noop_processor.py,
+            which lets every message through: the floor of this architecture
+  qos       envoy.yaml in front of qos-sidecar with its full policy (Redis, identity,
+            budgets, overload, queue, SLO samples; the local stack's own processes)
+
+Measured:
+  1. admit-path latency at low load: requests one at a time, taking turns between the
+     three, so drift hits all alike; added latency is the difference to `alone`.
+  2. shed-path latency at 2.5x overload: P2 offered at 2.5 times its budget on an open
+     schedule (latency counted from each request's planned start), on `qos`.
+  3. maximum throughput: wrk (closed loop, fixed connections) against each in turn,
+     with the CPU time each process spent and Redis's command counts, per request.
+
+Run: .venv/bin/python bench/gateway.py [--requests 2000] [--seconds 10] [--json FILE]
+(needs wrk: apt-get install wrk)
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.stack import envoy_config, readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
+BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
+CORE_KEY, BATCH_KEY = "bench-core", "bench-batch"
+CANNED = {
+    "id": "chatcmpl-bench",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "mock-llm",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Monday."},
+            "finish_reason": "length",
+        }
+    ],
+    "usage": {"prompt_tokens": 90, "completion_tokens": 1, "total_tokens": 91},
+}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(q * 10) - 1]
+
+
+# --- the Envoys -----------------------------------------------------------------------
+
+
+def canned_upstream(port: int, admin_port: int) -> dict[str, Any]:
+    """An Envoy that answers every request with the same chat completion."""
+    return {
+        "admin": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
+        },
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "canned",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters."
+                                        "network.http_connection_manager.v3.HttpConnectionManager",
+                                        "stat_prefix": "canned",
+                                        "codec_type": "AUTO",
+                                        "route_config": {
+                                            "virtual_hosts": [
+                                                {
+                                                    "name": "canned",
+                                                    "domains": ["*"],
+                                                    "routes": [
+                                                        {
+                                                            "match": {"prefix": "/"},
+                                                            "direct_response": {
+                                                                "status": 200,
+                                                                "body": {
+                                                                    "inline_string": json.dumps(
+                                                                        CANNED
+                                                                    )
+                                                                },
+                                                            },
+                                                            "response_headers_to_add": [
+                                                                {
+                                                                    "header": {
+                                                                        "key": "content-type",
+                                                                        "value": "application/json",
+                                                                    }
+                                                                }
+                                                            ],
+                                                        }
+                                                    ],
+                                                }
+                                            ]
+                                        },
+                                        "http_filters": [
+                                            {
+                                                "name": "envoy.filters.http.router",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions."
+                                                    "filters.http.router.v3.Router"
+                                                },
+                                            }
+                                        ],
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+
+
+def gateway_config(
+    port: int,
+    admin_port: int,
+    processor_port: int | None,
+    upstream_port: int,
+    processor_socket: str = "",
+) -> dict[str, Any]:
+    """The shipped envoy.yaml on these ports; without a processor, Envoy alone."""
+    config = envoy_config.adapt(
+        envoy_config.load(),
+        listen=("127.0.0.1", port),
+        admin_port=admin_port,
+        sidecar=("127.0.0.1", processor_port or 1),
+        upstreams=[("127.0.0.1", upstream_port)],
+    )
+    if processor_port is None:
+        return envoy_config.without_qos(config)
+    if processor_socket:  # the same sidecar, over its Unix socket
+        clusters = config["static_resources"]["clusters"]
+        sidecar = next(c for c in clusters if c["name"] == "qos_sidecar")
+        endpoint = {"endpoint": {"address": {"pipe": {"path": processor_socket}}}}
+        sidecar["load_assignment"]["endpoints"] = [{"lb_endpoints": [endpoint]}]
+    return config
+
+
+@dataclass
+class Gateway:
+    name: str
+    port: int
+    envoy: ManagedProcess
+    processor: ManagedProcess | None  # the ext_proc server behind it
+    latencies: list[float] = field(default_factory=list)
+    throughput: dict[str, float] = field(default_factory=dict)
+
+
+# --- load -----------------------------------------------------------------------------
+
+
+def post(connection: http.client.HTTPConnection, key: str) -> tuple[int, str | None]:
+    connection.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(BODY),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
+    response = connection.getresponse()
+    response.read()
+    return response.status, response.getheader("x-qos-decision")
+
+
+def admit_path(gateways: list[Gateway], rounds: int) -> None:
+    """One request at a time, the gateways taking turns; every one must be admitted."""
+    connections = [http.client.HTTPConnection("127.0.0.1", g.port) for g in gateways]
+    for index in range(rounds + 200):  # the first 200 warm up connections and caches
+        for gateway, connection in zip(gateways, connections, strict=True):
+            started = time.perf_counter()
+            status, decision = post(connection, CORE_KEY)
+            elapsed = time.perf_counter() - started
+            if status != 200 or decision is not None:
+                raise SystemExit(f"{gateway.name}: not admitted ({status}, {decision})")
+            if index >= 200:
+                gateway.latencies.append(elapsed)
+        time.sleep(0.002)  # low load: the gateways are idle between requests
+    for connection in connections:
+        connection.close()
+
+
+def shed_path(gateways: list[Gateway], rate: float, seconds: float) -> dict[str, dict]:
+    """P2 on an open schedule, the gateways taking turns; latencies by gateway and outcome,
+    each from the moment its request was sent."""
+    connections = [http.client.HTTPConnection("127.0.0.1", g.port) for g in gateways]
+    outcomes = {g.name: {"admitted": [], "shed": [], "late": []} for g in gateways}
+    started = time.perf_counter()
+    for index in range(int(rate * seconds)):
+        planned = started + index / rate
+        if (wait := planned - time.perf_counter()) > 0:
+            time.sleep(wait)
+        gateway = gateways[index % len(gateways)]
+        sent = time.perf_counter()
+        status, decision = post(connections[index % len(gateways)], BATCH_KEY)
+        if status != 200:
+            raise SystemExit(f"P2 request failed: {status} {decision}")
+        mine = outcomes[gateway.name]
+        mine["admitted" if decision is None else "shed"].append(time.perf_counter() - sent)
+        mine["late"].append(sent - planned)
+    for connection in connections:
+        connection.close()
+    return outcomes
+
+
+def wrk_script(path: Path) -> Path:
+    body = json.dumps(json.dumps(BODY))  # a Lua string literal
+    path.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {body}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {CORE_KEY}"\n'
+    )
+    return path
+
+
+def max_throughput(
+    gateway: Gateway, script: Path, seconds: float, connections: int, pids: dict[str, int]
+) -> tuple[float, int, dict[str, float]]:
+    """Requests a second wrk got through, how many, and CPU seconds each process spent."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{round(seconds)}s",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{gateway.port}/v1/chat/completions",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    completed = int(re.search(r"(\d+) requests in", result.stdout).group(1))
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", result.stdout).group(1))
+    if "Non-2xx" in result.stdout:
+        raise SystemExit(f"{gateway.name}: errors under wrk:\n{result.stdout}")
+    return rate, completed, spent
+
+
+def redis_calls(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): value["calls"] for name, value in stats.items()}
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+def configure(stack: Stack, batch_rate_rps: float) -> None:
+    """Budgets far above the load for P1; P2's budget 1/2.5 of what the shed run offers."""
+    cost = estimate_prompt_tokens(BODY)
+    capacity = 1e9
+    stack.config.set(
+        {
+            "fleet": {"capacity_tokens_per_second": capacity, "max_concurrency": 100_000},
+            "tiers": {
+                "p2": {
+                    "share": batch_rate_rps * cost / 2.5 / capacity,
+                    "burst_seconds": 1.0,
+                    "max_queue_wait_seconds": 0,
+                    "shed_below_free_kv": None,
+                    "shed_above_inflight": None,
+                },
+            },
+            # The bench sets shares itself; the controller would move them.
+            "controller": {"enabled": False, "floors": {"p2": 1e-9}},
+        }
+    )
+    stack.config.tenant("bench-core", "p1", CORE_KEY)
+    stack.config.tenant("bench-batch", "p2", BATCH_KEY)
+
+
+def start_gateways(
+    stack: Stack, work: Path, upstream_port: int, variants: dict[str, list[str]]
+) -> list[Gateway]:
+    """alone, noop, qos, then one more qos-sidecar (and Envoy) per variant."""
+    noop_port = free_port()
+    noop = ManagedProcess(
+        "noop-processor",
+        [sys.executable, str(BENCH_DIR / "noop_processor.py"), "--port", str(noop_port)],
+        work / "noop-processor.log",
+    )
+    stack.processes.append(
+        noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{noop_port}"))
+    )
+    processors = [
+        ("alone", None, None),
+        ("noop", noop_port, noop),
+        ("qos", stack.options.grpc_port, stack.process("sidecar")),
+    ]
+    sockets = {}
+    for name, flags in variants.items():
+        sidecar = start_sidecar(
+            work, stack.redis_url, "--log-level", "WARNING", *flags, name=f"sidecar-{name}"
+        )
+        stack.processes.append(sidecar.process)
+        port = int(sidecar.grpc_address.rsplit(":", 1)[1])
+        processors.append((name, port, sidecar.process))
+        if "--grpc-socket" in flags:
+            sockets[name] = flags[flags.index("--grpc-socket") + 1]
+    gateways = []
+    for name, processor_port, processor in processors:
+        port, admin_port = free_port(), free_port()
+        envoy = start_envoy(
+            gateway_config(port, admin_port, processor_port, upstream_port, sockets.get(name, "")),
+            work,
+            admin_port,
+            name=f"envoy-{name}",
+            concurrency=1,
+        )
+        stack.processes.append(envoy)
+        gateways.append(Gateway(name, port, envoy, processor))
+    return gateways
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp:
+        work = Path(tmp)
+        options = StackOptions.on_free_ports(
+            work,
+            replicas=1,
+            envoy_concurrency=1,
+            sidecar_args=("--log-level", "WARNING"),
+        )
+        with Stack(options) as stack:
+            upstream_port, upstream_admin = free_port(), free_port()
+            stack.processes.append(
+                start_envoy(
+                    canned_upstream(upstream_port, upstream_admin),
+                    work,
+                    upstream_admin,
+                    name="envoy-upstream",
+                    concurrency=1,
+                )
+            )
+            configure(stack, args.shed_rate)
+            gateways = start_gateways(stack, work, upstream_port, args.variants)
+            print(f"admit path: {args.requests} requests per gateway, taking turns ...", flush=True)
+            admit_path(gateways, args.requests)
+            print(
+                f"shed path: P2 at {args.shed_rate:.0f}/s for {args.shed_seconds:.0f} s ...",
+                flush=True,
+            )
+            shed = shed_path(gateways[2:], args.shed_rate, args.shed_seconds)
+            script = wrk_script(work / "post.lua")
+            counter = redis.Redis.from_url(stack.redis_url)
+            throughput = {}
+            for gateway in gateways:
+                print(
+                    f"throughput: wrk against {gateway.name} for {args.seconds:.0f} s ...",
+                    flush=True,
+                )
+                pids = {"envoy": gateway.envoy.pid}
+                if gateway.processor is not None:
+                    pids["processor"] = gateway.processor.pid
+                before = redis_calls(counter)
+                rate, completed, spent = max_throughput(
+                    gateway, script, args.seconds, args.connections, pids
+                )
+                after = redis_calls(counter)
+                sent = sum(after.values()) - sum(before.values())
+                evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
+                throughput[gateway.name] = {
+                    "requests_per_second": rate,
+                    "requests": completed,
+                    "envoy_cpu_ms_per_1k": spent["envoy"] / completed * 1e6,
+                    "processor_cpu_ms_per_1k": spent.get("processor", 0.0) / completed * 1e6,
+                    "redis_commands_per_request": sent / completed,
+                    "redis_evalsha_per_request": evalsha / completed,
+                }
+    return report(gateways, shed, throughput, args)
+
+
+def report(
+    gateways: list[Gateway], shed: dict[str, dict], throughput: dict, args
+) -> dict[str, Any]:
+    alone = gateways[0]
+    width = max(8, *(len(g.name) for g in gateways))
+    latency = {
+        g.name: {"p50_ms": _ms(g.latencies, 50), "p99_ms": _ms(g.latencies, 99)} for g in gateways
+    }
+    for row in latency.values():
+        row["added_p50_ms"] = row["p50_ms"] - latency["alone"]["p50_ms"]
+        row["added_p99_ms"] = row["p99_ms"] - latency["alone"]["p99_ms"]
+    print()
+    print(f"1. admit path, low load: {len(alone.latencies)} requests each, one at a time, in turn")
+    print(
+        f"{'gateway':<{width}} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8}"
+        f" {'p50 ratio':>10}"
+    )
+    for name, row in latency.items():
+        print(
+            f"{name:<{width}} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} "
+            f"{row['added_p50_ms']:>8.3f} {row['added_p99_ms']:>8.3f} "
+            f"{row['p50_ms'] / latency['alone']['p50_ms']:>9.2f}x"
+        )
+    shed_figures = {
+        name: {
+            "shed": len(result["shed"]),
+            "admitted": len(result["admitted"]),
+            "shed_p50_ms": _ms(result["shed"], 50),
+            "shed_p99_ms": _ms(result["shed"], 99),
+            "admitted_p50_ms": _ms(result["admitted"], 50),
+            "client_late_p99_ms": _ms(result["late"], 99),
+        }
+        for name, result in shed.items()
+    }
+    print()
+    print(
+        f"2. shed path: P2 offered at 2.5x its budget, {args.shed_rate:.0f}/s on an open"
+        f" schedule, the qos gateways in turn (shared budget)"
+    )
+    print(f"{'gateway':<{width}} {'shed':>6} {'admitted':>9} {'shed p50':>9} {'shed p99':>9}")
+    for name, row in shed_figures.items():
+        print(
+            f"{name:<{width}} {row['shed']:>6} {row['admitted']:>9} "
+            f"{row['shed_p50_ms']:>6.3f} ms {row['shed_p99_ms']:>6.3f} ms"
+        )
+    print()
+    print(
+        f"3. maximum throughput: wrk, 1 thread, {args.connections} connections,"
+        f" {args.seconds:.0f} s each"
+    )
+    print(
+        f"{'gateway':<{width}} {'req/s':>8} {'vs noop':>8} {'vs alone':>9} {'envoy CPU':>10}"
+        f" {'proc CPU':>9} {'Redis cmds':>11} {'EVALSHA':>8}"
+    )
+    print(
+        f"{'':<{width}} {'':>8} {'':>8} {'':>9} {'ms/1k req':>10} {'ms/1k req':>9}"
+        f" {'per req':>11} {'per req':>8}"
+    )
+    for name, row in throughput.items():
+        print(
+            f"{name:<{width}} {row['requests_per_second']:>8.0f} "
+            f"{row['requests_per_second'] / throughput['noop']['requests_per_second']:>7.2f}x "
+            f"{row['requests_per_second'] / throughput['alone']['requests_per_second']:>8.2f}x "
+            f"{row['envoy_cpu_ms_per_1k']:>10.0f} {row['processor_cpu_ms_per_1k']:>9.0f} "
+            f"{row['redis_commands_per_request']:>11.3f} {row['redis_evalsha_per_request']:>8.3f}"
+        )
+    return {"admit_path": latency, "shed_path": shed_figures, "throughput": throughput}
+
+
+def _ms(seconds: list[float], q: float) -> float:
+    return percentile(seconds, q) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="admit-path requests each")
+    parser.add_argument("--seconds", type=float, default=10, help="wrk run per gateway")
+    parser.add_argument("--connections", type=int, default=16, help="wrk connections")
+    parser.add_argument("--shed-rate", type=float, default=200, help="P2 requests a second")
+    parser.add_argument("--shed-seconds", type=float, default=10)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="one more qos-sidecar side by side, started with these serve flags, e.g. "
+        "'no-cache=--no-over-limit-cache' (repeat)",
+    )
+    args = parser.parse_args()
+    args.variants = {}
+    for variant in args.variant:
+        name, _, flags = variant.partition("=")
+        args.variants[name] = flags.split()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install wrk")
+    figures = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""`qos-sidecar bench`: scenarios run against the real stack."""

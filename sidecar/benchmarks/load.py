@@ -1,0 +1,123 @@
+"""Offering a planned load through a gateway on an open schedule, and what each caller saw.
+
+Every request starts at its planned time whatever happened to the ones before (an open
+schedule: a slow gateway cannot slow the load down), streams its answer, and is timed
+from the moment it was sent: time to first token, time per output token after it, or,
+for an answer the gateway gave instead of the GPU, how long that took. How late the
+client itself sent each request is kept too (`late`), so a busy client shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from sidecar.benchmarks.traffic import PlannedRequest, chat_body
+
+SERVED, SHED, ERROR = "served", "shed", "error"
+DECISION_HEADER = "x-qos-decision"
+# A chunk that carries text (vLLM's role-only first chunk and usage chunk carry none).
+CONTENT, EMPTY_CONTENT = b'"content":', b'"content":""'
+
+
+@dataclass(frozen=True)
+class Outcome:
+    tier: str
+    at: float  # planned start, seconds into the run
+    result: str  # served, shed or error
+    detail: str  # the sidecar's decision, or what went wrong
+    seconds: float  # until the answer was complete (or failed)
+    ttft: float | None = None
+    tpot: float | None = None
+    prompt_tokens: int = 0
+    late: float = 0.0  # sent this long after its planned start
+
+
+async def offer(
+    url: str,
+    requests: list[PlannedRequest],
+    request_timeout: float,
+    on_progress: Callable[[float, list[Outcome], int], None] | None = None,
+) -> list[Outcome]:
+    """Send every planned request to `url` at its time; what each one got."""
+    outcomes: list[Outcome] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    client_timeout = aiohttp.ClientTimeout(total=request_timeout)
+    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
+        started = time.monotonic()
+
+        async def one(request: PlannedRequest) -> None:
+            await asyncio.sleep(max(0.0, started + request.at - time.monotonic()))
+            outcomes.append(await _send(session, url, request, started + request.at))
+
+        tasks = [asyncio.create_task(one(r)) for r in requests]
+        reporter = asyncio.create_task(_report(on_progress, started, outcomes, len(tasks)))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            reporter.cancel()
+    return sorted(outcomes, key=lambda o: o.at)
+
+
+async def _report(on_progress, started, outcomes, total) -> None:
+    if on_progress is None:
+        return
+    while True:
+        await asyncio.sleep(5)
+        on_progress(time.monotonic() - started, outcomes, total)
+
+
+async def _send(
+    session: aiohttp.ClientSession, url: str, request: PlannedRequest, planned: float
+) -> Outcome:
+    tier = request.caller.tier
+    headers = {"Authorization": f"Bearer {request.caller.api_key}"}
+    body = chat_body(request)
+    sent = time.monotonic()
+
+    def outcome(result: str, detail: str, **timing: float | None) -> Outcome:
+        seconds = time.monotonic() - sent
+        return Outcome(tier, request.at, result, detail, seconds, **timing,
+                       prompt_tokens=request.prompt_tokens, late=sent - planned)  # fmt: skip
+
+    try:
+        async with session.post(
+            f"{url}/v1/chat/completions", json=body, headers=headers
+        ) as response:
+            decision = response.headers.get(DECISION_HEADER)
+            if decision is not None:  # the gateway answered: a fallback or a refusal
+                await response.read()
+                return outcome(SHED, decision)
+            if response.status != 200:
+                await response.read()
+                return outcome(ERROR, f"HTTP {response.status}")
+            first, last, tokens, done = await _read_stream(response)
+    except TimeoutError:
+        return outcome(ERROR, "timeout")
+    except aiohttp.ClientError as error:
+        return outcome(ERROR, type(error).__name__)
+    if not done or first is None:
+        return outcome(ERROR, "stream cut")
+    ttft = first - sent
+    tpot = (last - first) / (tokens - 1) if tokens > 1 else None
+    return outcome(SERVED, "", ttft=ttft, tpot=tpot)
+
+
+async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float, int, bool]:
+    """When the first and last tokens came, how many, and whether [DONE] ended it."""
+    first, last, tokens = None, 0.0, 0
+    async for line in response.content:
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:].strip()
+        if data == b"[DONE]":
+            return first, last, tokens, True
+        if CONTENT in data and EMPTY_CONTENT not in data:
+            last = time.monotonic()
+            first = first if first is not None else last
+            tokens += 1
+    return first, last, tokens, False

@@ -1,0 +1,170 @@
+"""`qos-sidecar bench promo`: the flash sale, once without QoS and once with it.
+
+Starts the local stack on free ports (Redis, N mock vLLM replicas with priority
+scheduling and their reporters, the sidecar, Envoy) and a second Envoy with the same
+configuration minus QoS, in front of the same replicas. The same planned traffic (see
+sidecar.benchmarks.traffic), offered at `--overload` times what the fleet can prefill,
+goes first through qos-sidecar, then, once the GPUs have drained, straight through the
+Envoy without QoS. Prints a per-tier table; `--json` and `--plot` keep the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sidecar.benchmarks import report
+from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
+from sidecar.benchmarks.traffic import CALLERS, capacity_rps, mean_prompt_tokens, plan
+from sidecar.config.schema import QosConfig
+from sidecar.options import setting
+from sidecar.stack import envoy_config
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import StackError
+from sidecar.stack.stack import Stack, StackOptions, start_envoy
+
+PREFILL_TOKENS_PER_SECOND = 16_384.0  # the mock's default, per replica
+NO_QOS, QOS = "no QoS", "QoS"
+
+
+@dataclass(frozen=True)
+class Settings:
+    replicas: int = setting(2, None, "mock vLLM replicas, one simulated GPU each")
+    overload: float = setting(2.5, None, "offered load, as a multiple of the fleet's capacity")
+    seconds: float = setting(40.0, None, "how long each run offers load")
+    timeout: float = setting(30.0, None, "a client gives up on a request after this long")
+    time_scale: float = setting(1.0, None, "the mock GPUs' time scale (0.1: ten times faster)")
+    seed: int = setting(7, None, "seed of the planned traffic")
+    runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
+    json: str = setting("", None, "write the figures and the timelines to this file")
+    plot: str = setting("", None, "write a PNG of both runs over time to this file")
+
+
+def configuration(replicas: int, time_scale: float) -> dict:
+    """What a platform team sets for the sale: the fleet's real capacity; batch told at
+    once to come back later rather than held, and kept to prompts whose prefill cannot
+    stall payments for long."""
+    capacity = replicas * PREFILL_TOKENS_PER_SECOND / time_scale
+    return {
+        "fleet": {"capacity_tokens_per_second": capacity},
+        "tiers": {
+            "p2": {"burst_seconds": 6, "max_prompt_tokens": 8192, "max_queue_wait_seconds": 0}
+        },
+    }
+
+
+def main(settings: Settings) -> int:
+    fleet_prefill = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
+    capacity = capacity_rps(fleet_prefill)
+    rate = settings.overload * capacity
+    requests = plan(rate, settings.seconds, settings.seed)
+    print(
+        f"flash sale: {settings.replicas} GPUs prefilling {fleet_prefill:,.0f} tokens/s take "
+        f"{capacity:.1f} requests/s of this mix (mean prompt {mean_prompt_tokens():,.0f} "
+        f"tokens); offering {settings.overload:g}x = {rate:.1f}/s for {settings.seconds:g} s "
+        f"({len(requests)} requests)",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
+    options = StackOptions.on_free_ports(
+        work,
+        replicas=settings.replicas,
+        time_scale=settings.time_scale,
+        mock_args=("--scheduling-policy", "priority", "--log-level", "WARNING"),
+        sidecar_args=("--log-level", "WARNING"),
+    )
+    outcomes: dict[str, list[Outcome]] = {}
+    try:
+        with Stack(options) as stack:
+            stack.config.set(configuration(settings.replicas, settings.time_scale))
+            for caller in CALLERS:
+                stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
+            port, admin_port = free_port(), free_port()
+            plain = envoy_config.without_qos(stack.envoy_config(port, admin_port))
+            stack.processes.append(start_envoy(plain, work, admin_port, name="envoy-no-qos"))
+            urls = {NO_QOS: f"http://127.0.0.1:{port}", QOS: stack.envoy_url}
+            for run in _runs(settings.runs):
+                url = urls[run]
+                print(f"[{run}] offering load through {url} ...", flush=True)
+                outcomes[run] = asyncio.run(
+                    offer(url, requests, settings.timeout, _progress(run, settings.seconds))
+                )
+                _wait_until_idle(stack.mock_urls)
+    except StackError as error:
+        print(f"the stack did not start: {error}")
+        return 1
+    summaries = {run: report.summarize(result) for run, result in outcomes.items()}
+    print()
+    print(report.table(summaries))
+    for run, result in outcomes.items():
+        late = report.percentile((o.late for o in result), 99)
+        print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
+    print(f"(logs in {work})")
+    timelines = {run: report.timeline(o, settings.seconds) for run, o in outcomes.items()}
+    if settings.json:
+        figures = {
+            "settings": asdict(settings),
+            "capacity_rps": capacity,
+            "offered_rps": rate,
+            "runs": summaries,
+            "timelines": timelines,
+        }
+        Path(settings.json).write_text(json.dumps(figures, indent=1))
+        print(f"figures: {settings.json}")
+    if settings.plot:
+        from sidecar.benchmarks.plot import plot
+
+        title = (
+            f"Flash sale at {settings.overload:g}x capacity on {settings.replicas} mock GPUs"
+            f" ({len(requests)} requests in {settings.seconds:g} s)"
+        )
+        slo = QosConfig().slo.targets.p0.ttft_ms
+        plot(timelines, Path(settings.plot), title, slo)
+        print(f"plot: {settings.plot}")
+    return 0
+
+
+def _runs(names: str) -> list[str]:
+    known = {"no-qos": NO_QOS, "qos": QOS}
+    runs = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in runs if name not in known]
+    if unknown or not runs:
+        raise SystemExit(f"--runs takes no-qos and qos, comma-separated; not {unknown or names!r}")
+    return [known[name] for name in runs]
+
+
+def _progress(run: str, seconds: float):
+    def show(elapsed: float, outcomes: list[Outcome], total: int) -> None:
+        counts = {r: sum(o.result == r for o in outcomes) for r in (SERVED, SHED, ERROR)}
+        print(
+            f"[{run}] {min(elapsed, seconds):4.0f}/{seconds:g} s  done {len(outcomes)}/{total}:"
+            f" served {counts[SERVED]}, shed {counts[SHED]}, errors {counts[ERROR]}",
+            flush=True,
+        )
+
+    return show
+
+
+def _wait_until_idle(mock_urls: list[str], within: float = 120.0) -> None:
+    """Until no replica runs or queues anything: the next run starts on idle GPUs."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if all(_requests_on(url) == 0 for url in mock_urls):
+            return
+        time.sleep(0.2)
+    raise SystemExit("the mock GPUs did not drain between the runs")
+
+
+def _requests_on(mock_url: str) -> float:
+    with urllib.request.urlopen(f"{mock_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
+    )

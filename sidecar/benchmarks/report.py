@@ -1,0 +1,87 @@
+"""Per-tier figures of a run, the table comparing runs, and the run over time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome
+
+TIERS = ("p0", "p1", "p2")
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank) in milliseconds; None without values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1] * 1000
+
+
+def summarize(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
+    summary = {}
+    for tier in TIERS:
+        mine = [o for o in outcomes if o.tier == tier]
+        served = [o for o in mine if o.result == SERVED]
+        shed = [o for o in mine if o.result == SHED]
+        summary[tier] = {
+            "offered": len(mine),
+            "served": len(served),
+            "shed": len(shed),
+            "errors": sum(o.result == ERROR for o in mine),
+            "ttft_p50_ms": percentile((o.ttft for o in served if o.ttft is not None), 50),
+            "ttft_p99_ms": percentile((o.ttft for o in served if o.ttft is not None), 99),
+            "tpot_p50_ms": percentile((o.tpot for o in served if o.tpot is not None), 50),
+            "tpot_p99_ms": percentile((o.tpot for o in served if o.tpot is not None), 99),
+            "shed_p50_ms": percentile((o.seconds for o in shed), 50),
+            "shed_p99_ms": percentile((o.seconds for o in shed), 99),
+        }
+    return summary
+
+
+COLUMNS = (
+    ("offered", "offered", "{}"),
+    ("served", "served", "{}"),
+    ("shed", "shed", "{}"),
+    ("errors", "errors", "{}"),
+    ("ttft_p50_ms", "TTFT p50", "{:.0f} ms"),
+    ("ttft_p99_ms", "TTFT p99", "{:.0f} ms"),
+    ("tpot_p50_ms", "TPOT p50", "{:.0f} ms"),
+    ("tpot_p99_ms", "TPOT p99", "{:.0f} ms"),
+    ("shed_p50_ms", "shed p50", "{:.1f} ms"),
+    ("shed_p99_ms", "shed p99", "{:.1f} ms"),
+)
+
+
+def table(runs: dict[str, dict[str, dict]]) -> str:
+    """A Markdown table: one row per run and tier."""
+    lines = [
+        "| run | tier | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
+        "|---|---|" + "---:|" * len(COLUMNS),
+    ]
+    for run, summary in runs.items():
+        for tier in TIERS:
+            row = summary[tier]
+            cells = ["-" if row[key] is None else form.format(row[key]) for key, _, form in COLUMNS]
+            lines.append(f"| {run} | {tier.upper()} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timeline(outcomes: list[Outcome], seconds: float, step: float = 1.0) -> dict[str, list]:
+    """Per `step` of planned start: each tier's served, shed and errors, and P0's TTFT p99."""
+    bins = max(1, math.ceil(seconds / step))
+    series: dict[str, list] = {"t": [round(i * step, 3) for i in range(bins)]}
+    for tier in TIERS:
+        for result in (SERVED, SHED, ERROR):
+            series[f"{tier}_{result}"] = [0] * bins
+        series[f"{tier}_ttft_p99_ms"] = [None] * bins
+    ttfts: dict[tuple[str, int], list[float]] = {}
+    for outcome in outcomes:
+        index = min(bins - 1, int(outcome.at / step))
+        series[f"{outcome.tier}_{outcome.result}"][index] += 1
+        if outcome.ttft is not None:
+            ttfts.setdefault((outcome.tier, index), []).append(outcome.ttft)
+    for (tier, index), values in ttfts.items():
+        series[f"{tier}_ttft_p99_ms"][index] = percentile(values, 99)
+    return series

@@ -1,0 +1,39 @@
+"""`qos-sidecar bench promo`, run for a few seconds on fast mock GPUs: both runs happen,
+the same traffic goes through each, and the table, JSON and plot come out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(180)
+def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
+    figures, picture = tmp_path / "promo.json", tmp_path / "promo.png"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sidecar", "bench", "promo",
+            "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
+            "--json", str(figures), "--plot", str(picture),
+        ],
+        capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| QoS | P0 |" in result.stdout and "| no QoS | P2 |" in result.stdout
+    assert "[QoS]" in result.stdout  # progress while it ran
+    runs = json.loads(figures.read_text())["runs"]
+    assert set(runs) == {"QoS", "no QoS"}
+    for tier in ("p0", "p1", "p2"):
+        offered = runs["QoS"][tier]["offered"]
+        assert offered > 0 and runs["no QoS"][tier]["offered"] == offered  # same traffic
+        for run in runs.values():
+            row = run[tier]
+            assert row["served"] + row["shed"] + row["errors"] == row["offered"]
+    assert runs["no QoS"]["p2"]["shed"] == 0  # nothing sheds without QoS
+    assert runs["QoS"]["p0"]["served"] == runs["QoS"]["p0"]["offered"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
