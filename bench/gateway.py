@@ -15,7 +15,9 @@ Measured:
      three, so drift hits all alike; added latency is the difference to `alone`.
   2. shed-path latency at 2.5x overload: P2 offered at 2.5 times its budget on an open
      schedule (latency counted from each request's planned start), on `qos`.
-  3. maximum throughput: wrk (closed loop, fixed connections) against each in turn,
+  3. a flood: one tenant far above its own budget through one gateway at a time, to
+     see what the over-limit cache spares Redis.
+  4. maximum throughput: wrk (closed loop, fixed connections) against each in turn,
      with the CPU time each process spent and Redis's command counts, per request.
 
 Run: .venv/bin/python bench/gateway.py [--requests 2000] [--seconds 10] [--json FILE]
@@ -43,6 +45,7 @@ import redis
 
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.stack import envoy_config, readiness
+from sidecar.stack.admin_client import scrape
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
 from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
@@ -50,7 +53,8 @@ from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
 BENCH_DIR = Path(__file__).resolve().parent
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
-CORE_KEY, BATCH_KEY = "bench-core", "bench-batch"
+CORE_KEY, BATCH_KEY, FLOOD_KEY = "bench-core", "bench-batch", "bench-flood"
+FLOOD_RATE = 20  # requests a second the flooding tenant's own budget allows
 CANNED = {
     "id": "chatcmpl-bench",
     "object": "chat.completion",
@@ -154,26 +158,36 @@ def canned_upstream(port: int, admin_port: int) -> dict[str, Any]:
 def gateway_config(
     port: int,
     admin_port: int,
-    processor_port: int | None,
+    processor_ports: list[int],
     upstream_port: int,
-    processor_socket: str = "",
 ) -> dict[str, Any]:
-    """The shipped envoy.yaml on these ports; without a processor, Envoy alone."""
+    """The shipped envoy.yaml on these ports; without a processor, Envoy alone; with
+    several, Envoy spreads its streams over them."""
     config = envoy_config.adapt(
         envoy_config.load(),
         listen=("127.0.0.1", port),
         admin_port=admin_port,
-        sidecar=("127.0.0.1", processor_port or 1),
+        sidecar=("127.0.0.1", 1),
         upstreams=[("127.0.0.1", upstream_port)],
     )
-    if processor_port is None:
+    if not processor_ports:
         return envoy_config.without_qos(config)
-    if processor_socket:  # the same sidecar, over its Unix socket
-        clusters = config["static_resources"]["clusters"]
-        sidecar = next(c for c in clusters if c["name"] == "qos_sidecar")
-        endpoint = {"endpoint": {"address": {"pipe": {"path": processor_socket}}}}
-        sidecar["load_assignment"]["endpoints"] = [{"lb_endpoints": [endpoint]}]
+    addresses = [
+        {"socket_address": {"address": "127.0.0.1", "port_value": p}} for p in processor_ports
+    ]
+    clusters = config["static_resources"]["clusters"]
+    sidecar = next(c for c in clusters if c["name"] == "qos_sidecar")
+    endpoints = [{"endpoint": {"address": address}} for address in addresses]
+    sidecar["load_assignment"]["endpoints"] = [{"lb_endpoints": endpoints}]
     return config
+
+
+def _workers(flags: list[str]) -> tuple[list[str], int]:
+    """A variant's serve flags, and how many sidecar processes it runs (--workers N)."""
+    if "--workers" not in flags:
+        return flags, 1
+    at = flags.index("--workers")
+    return flags[:at] + flags[at + 2 :], int(flags[at + 1])
 
 
 @dataclass
@@ -182,8 +196,12 @@ class Gateway:
     port: int
     envoy: ManagedProcess
     processor: ManagedProcess | None  # the ext_proc server behind it
+    admin_url: str = ""  # a qos-sidecar's admin HTTP server (metrics)
     latencies: list[float] = field(default_factory=list)
-    throughput: dict[str, float] = field(default_factory=dict)
+
+    def cached_refusals(self) -> float:
+        """Budget refusals its sidecar answered without Redis, so far."""
+        return scrape(f"{self.admin_url}/metrics")["qos_budget_refusals_cached_total{}"]
 
 
 # --- load -----------------------------------------------------------------------------
@@ -222,7 +240,7 @@ def shed_path(gateways: list[Gateway], rate: float, seconds: float) -> dict[str,
     """P2 on an open schedule, the gateways taking turns; latencies by gateway and outcome,
     each from the moment its request was sent."""
     connections = [http.client.HTTPConnection("127.0.0.1", g.port) for g in gateways]
-    outcomes = {g.name: {"admitted": [], "shed": [], "late": []} for g in gateways}
+    outcomes: dict[str, dict] = {g.name: {"admitted": [], "shed": [], "late": []} for g in gateways}
     started = time.perf_counter()
     for index in range(int(rate * seconds)):
         planned = started + index / rate
@@ -239,6 +257,32 @@ def shed_path(gateways: list[Gateway], rate: float, seconds: float) -> dict[str,
     for connection in connections:
         connection.close()
     return outcomes
+
+
+def flood(gateway: Gateway, seconds: float, counter: redis.Redis) -> dict[str, float]:
+    """One tenant sends as fast as one connection goes, far above its own budget, through
+    one gateway: refusals, how many its sidecar answered without Redis, Redis calls."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.port)
+    refused: list[float] = []
+    cached, evalsha = gateway.cached_refusals(), redis_calls(counter).get("evalsha", 0)
+    requests, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        sent = time.perf_counter()
+        status, decision = post(connection, FLOOD_KEY)
+        requests += 1
+        if decision == "tenant_rate_limited":
+            refused.append(time.perf_counter() - sent)
+        elif status != 200:
+            raise SystemExit(f"flood: {status} {decision}")
+    connection.close()
+    return {
+        "requests": requests,
+        "refused": len(refused),
+        "refused_without_redis": gateway.cached_refusals() - cached,
+        "evalsha_per_request": (redis_calls(counter).get("evalsha", 0) - evalsha) / requests,
+        "refused_p50_ms": _ms(refused, 50),
+        "refused_p99_ms": _ms(refused, 99),
+    }
 
 
 def wrk_script(path: Path) -> Path:
@@ -309,6 +353,9 @@ def configure(stack: Stack, batch_rate_rps: float) -> None:
     )
     stack.config.tenant("bench-core", "p1", CORE_KEY)
     stack.config.tenant("bench-batch", "p2", BATCH_KEY)
+    stack.config.tenant(
+        "bench-flood", "p1", FLOOD_KEY, rate_tokens_per_second=FLOOD_RATE * cost, burst_seconds=1
+    )
 
 
 def start_gateways(
@@ -325,32 +372,33 @@ def start_gateways(
         noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{noop_port}"))
     )
     processors = [
-        ("alone", None, None),
-        ("noop", noop_port, noop),
-        ("qos", stack.options.grpc_port, stack.process("sidecar")),
+        ("alone", [], None, ""),
+        ("noop", [noop_port], noop, ""),
+        ("qos", [stack.options.grpc_port], stack.process("sidecar"), stack.sidecar_admin_url),
     ]
-    sockets = {}
     for name, flags in variants.items():
-        sidecar = start_sidecar(
-            work, stack.redis_url, "--log-level", "WARNING", *flags, name=f"sidecar-{name}"
-        )
-        stack.processes.append(sidecar.process)
-        port = int(sidecar.grpc_address.rsplit(":", 1)[1])
-        processors.append((name, port, sidecar.process))
-        if "--grpc-socket" in flags:
-            sockets[name] = flags[flags.index("--grpc-socket") + 1]
+        flags, workers = _workers(flags)
+        ports = []
+        for worker in range(workers):
+            sidecar = start_sidecar(
+                work, stack.redis_url, "--log-level", "WARNING", *flags,
+                name=f"sidecar-{name}-{worker}",
+            )  # fmt: skip
+            stack.processes.append(sidecar.process)
+            ports.append(int(sidecar.grpc_address.rsplit(":", 1)[1]))
+        processors.append((name, ports, sidecar.process, sidecar.admin_url))
     gateways = []
-    for name, processor_port, processor in processors:
+    for name, processor_ports, processor, admin_url in processors:
         port, admin_port = free_port(), free_port()
         envoy = start_envoy(
-            gateway_config(port, admin_port, processor_port, upstream_port, sockets.get(name, "")),
+            gateway_config(port, admin_port, processor_ports, upstream_port),
             work,
             admin_port,
             name=f"envoy-{name}",
             concurrency=1,
         )
         stack.processes.append(envoy)
-        gateways.append(Gateway(name, port, envoy, processor))
+        gateways.append(Gateway(name, port, envoy, processor, admin_url))
     return gateways
 
 
@@ -382,9 +430,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"shed path: P2 at {args.shed_rate:.0f}/s for {args.shed_seconds:.0f} s ...",
                 flush=True,
             )
+            cached = [g.cached_refusals() for g in gateways[2:]]
             shed = shed_path(gateways[2:], args.shed_rate, args.shed_seconds)
-            script = wrk_script(work / "post.lua")
+            for gateway, before in zip(gateways[2:], cached, strict=True):
+                shed[gateway.name]["cached"] = gateway.cached_refusals() - before
             counter = redis.Redis.from_url(stack.redis_url)
+            floods = {}
+            for gateway in gateways[2:]:
+                print(f"flood: one tenant at full speed through {gateway.name} ...", flush=True)
+                floods[gateway.name] = flood(gateway, args.shed_seconds / 2, counter)
+            script = wrk_script(work / "post.lua")
             throughput = {}
             for gateway in gateways:
                 print(
@@ -409,11 +464,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "redis_commands_per_request": sent / completed,
                     "redis_evalsha_per_request": evalsha / completed,
                 }
-    return report(gateways, shed, throughput, args)
+    return report(gateways, shed, floods, throughput, args)
 
 
 def report(
-    gateways: list[Gateway], shed: dict[str, dict], throughput: dict, args
+    gateways: list[Gateway], shed: dict[str, dict], floods: dict, throughput: dict, args
 ) -> dict[str, Any]:
     alone = gateways[0]
     width = max(8, *(len(g.name) for g in gateways))
@@ -443,6 +498,7 @@ def report(
             "shed_p99_ms": _ms(result["shed"], 99),
             "admitted_p50_ms": _ms(result["admitted"], 50),
             "client_late_p99_ms": _ms(result["late"], 99),
+            "refused_without_redis": result["cached"],
         }
         for name, result in shed.items()
     }
@@ -451,15 +507,34 @@ def report(
         f"2. shed path: P2 offered at 2.5x its budget, {args.shed_rate:.0f}/s on an open"
         f" schedule, the qos gateways in turn (shared budget)"
     )
-    print(f"{'gateway':<{width}} {'shed':>6} {'admitted':>9} {'shed p50':>9} {'shed p99':>9}")
+    print(
+        f"{'gateway':<{width}} {'shed':>6} {'admitted':>9} {'shed p50':>9} {'shed p99':>9}"
+        f" {'no Redis':>9}"
+    )
     for name, row in shed_figures.items():
         print(
             f"{name:<{width}} {row['shed']:>6} {row['admitted']:>9} "
             f"{row['shed_p50_ms']:>6.3f} ms {row['shed_p99_ms']:>6.3f} ms"
+            f" {row['refused_without_redis']:>9.0f}"
         )
     print()
     print(
-        f"3. maximum throughput: wrk, 1 thread, {args.connections} connections,"
+        f"3. a tenant flooding at full speed through one gateway, its own budget"
+        f" {FLOOD_RATE} requests a second"
+    )
+    print(
+        f"{'gateway':<{width}} {'requests':>9} {'refused':>8} {'no Redis':>9}"
+        f" {'EVALSHA/req':>12} {'refused p50':>12} {'p99':>9}"
+    )
+    for name, row in floods.items():
+        print(
+            f"{name:<{width}} {row['requests']:>9} {row['refused']:>8}"
+            f" {row['refused_without_redis']:>9.0f} {row['evalsha_per_request']:>12.3f}"
+            f" {row['refused_p50_ms']:>9.3f} ms {row['refused_p99_ms']:>6.3f} ms"
+        )
+    print()
+    print(
+        f"4. maximum throughput: wrk, 1 thread, {args.connections} connections,"
         f" {args.seconds:.0f} s each"
     )
     print(
@@ -478,7 +553,12 @@ def report(
             f"{row['envoy_cpu_ms_per_1k']:>10.0f} {row['processor_cpu_ms_per_1k']:>9.0f} "
             f"{row['redis_commands_per_request']:>11.3f} {row['redis_evalsha_per_request']:>8.3f}"
         )
-    return {"admit_path": latency, "shed_path": shed_figures, "throughput": throughput}
+    return {
+        "admit_path": latency,
+        "shed_path": shed_figures,
+        "flood": floods,
+        "throughput": throughput,
+    }
 
 
 def _ms(seconds: list[float], q: float) -> float:

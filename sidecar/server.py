@@ -173,8 +173,6 @@ class SidecarServer:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
-        if self.settings.grpc_socket:
-            self._grpc.add_insecure_port(f"unix:{self.settings.grpc_socket}")
         await self._grpc.start()
         app = admin_app(self.metrics, lambda: self._ready)
         add_dashboard_routes(app, self, self.admin_token)
@@ -195,7 +193,6 @@ class SidecarServer:
             "sidecar serving",
             extra={
                 "grpc": self.settings.grpc_address,
-                "grpc_socket": self.settings.grpc_socket or None,
                 "admin": f"{self.settings.admin_host}:{self.settings.admin_port}",
                 "decider": self.settings.decider,
             },

@@ -13,11 +13,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 class SidecarSettings:
     grpc_host: str = setting("127.0.0.1", "QOS_GRPC_HOST", "address the gRPC server binds")
     grpc_port: int = setting(50051, "QOS_GRPC_PORT", "ext_proc and load-report gRPC port")
-    grpc_socket: str = setting(
-        "",
-        "QOS_GRPC_SOCKET",
-        "also serve gRPC on this Unix socket path (an Envoy on the same host may use it)",
-    )
     admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
     admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
     redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")

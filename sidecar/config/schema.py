@@ -218,9 +218,13 @@ class SloConfig(_Strict):
     max_sample_age_seconds: Annotated[float, Field(gt=0)] = 60.0
     # Fewer fresh samples than this and the controller does not act on the tier.
     min_samples: Annotated[int, Field(ge=1)] = 50
-    # Share of streamed answers whose first token is timed (each costs the sidecar one
-    # message per chunk of that answer: bench/completion_signal.py).
+    # Share of exchanges whose response Envoy sends the sidecar, to time the first token
+    # of those that stream (each costs a round trip, and one per chunk of a watched
+    # stream: bench/completion_signal.py)...
     ttft_sample_rate: Annotated[float, Field(ge=0, le=1)] = 0.25
+    # ...and at most this many a second per sidecar: a busy gateway still gets plenty of
+    # samples (min_samples in seconds) without paying for a quarter of its traffic.
+    ttft_samples_per_second: Annotated[float, Field(gt=0)] = 20.0
 
 
 class TierBounds(_Strict):

@@ -180,3 +180,20 @@ async def _drain(request) -> None:
     async with request as response:
         async for _ in response.content.iter_any():
             pass
+
+
+async def test_a_long_stream_keeps_its_slot_until_it_ends(queue_stack, config):
+    """Its ext_proc stream stays open as long as the exchange (Envoy is not asked for the
+    response): the slot is given back when the answer ends, not earlier."""
+    config.set({"slo": {"ttft_sample_rate": 0.0}})  # no response watched
+    # 5000 tokens of 0.5 ms: about 2.5 s, beyond the 1 s grace of an ended stream.
+    async with (
+        aiohttp.ClientSession() as session,
+        post(session, queue_stack, "p2", chat(5000, stream=True)) as answer,
+    ):
+        assert answer.status == 200
+        await answer.content.readline()
+        await asyncio.sleep(1.5)
+        assert sidecar_gauges(queue_stack)[0] == 1  # still streaming: still held
+        await answer.read()
+    await wait_until(lambda: sidecar_gauges(queue_stack) == (0, 0), what="slot given back")

@@ -43,6 +43,16 @@ class FakeLimiter:
         return self.verdict
 
 
+class RefillsSoon(FakeLimiter):
+    """Refuses the first call (the bucket refills in 10 ms), allows every other."""
+
+    async def acquire(self, cost, buckets):
+        self.calls.append((cost, list(buckets)))
+        if len(self.calls) == 1:
+            return Verdict(False, refused=0, retry_after=0.01)
+        return Verdict(True)
+
+
 async def lookup(digest):
     return KEYS.get(digest)
 
@@ -243,13 +253,6 @@ async def test_a_held_request_gets_its_fallback_when_its_wait_runs_out():
 
 @pytest.mark.asyncio
 async def test_a_bucket_that_refills_soon_is_waited_for():
-    class RefillsSoon(FakeLimiter):
-        async def acquire(self, cost, buckets):
-            self.calls.append((cost, list(buckets)))
-            if len(self.calls) == 1:
-                return Verdict(False, refused=0, retry_after=0.01)
-            return Verdict(True)
-
     limiter = RefillsSoon()
     decider, _ = queued_decider(limiter, max_concurrency=5)
     held = await decider.decide(chat("k-p2"))
@@ -284,6 +287,32 @@ async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_
 
 
 @pytest.mark.asyncio
+async def test_requests_waiting_for_budget_take_turns_and_newcomers_queue_without_redis():
+    limiter = RefillsSoon()
+    decider, _ = queued_decider(limiter, max_concurrency=9)
+    first = await decider.decide(chat("k-p2"))
+    assert isinstance(first, Hold)
+    order = []
+
+    async def resume(name, held):
+        final = await held.resume()
+        order.append(name)
+        return final
+
+    waiting = [asyncio.create_task(resume("first", first))]
+    await asyncio.sleep(0)  # it is in line now
+    for name in ("second", "third"):
+        held = await decider.decide(chat("k-p2"))
+        assert isinstance(held, Hold)  # behind the first, without asking Redis
+        waiting.append(asyncio.create_task(resume(name, held)))
+        await asyncio.sleep(0)
+    assert len(limiter.calls) == 1
+    finals = await asyncio.gather(*waiting)
+    assert all(isinstance(f, Admit) for f in finals)
+    assert order == ["first", "second", "third"] and len(limiter.calls) == 4
+
+
+@pytest.mark.asyncio
 async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
     decision = await decider.decide(chat("k-p2", priority=-100))
@@ -308,3 +337,7 @@ async def test_streamed_answers_are_sampled_for_their_first_token_time():
     assert not (await decider.decide(whole)).time_first_byte  # nothing to time
     never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
     assert not any(never.watch_response() for _ in range(100))
+    capped, _ = queued_decider(
+        FakeLimiter(), slo={"ttft_sample_rate": 1.0, "ttft_samples_per_second": 5}
+    )
+    assert sum(capped.watch_response() for _ in range(100)) == 5  # within one second
