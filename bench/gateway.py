@@ -5,7 +5,7 @@ one worker, all in front of the same upstream: a fourth Envoy answering every re
 with a canned chat completion, so the figures are the gateway's and not a GPU stand-in's.
 
   alone     envoy.yaml without the ext_proc filter and the access-log stream
-  noop      envoy.yaml with its ext_proc cluster pointed at bench/noop_processor.py,
+  noop      envoy.yaml with its ext_proc cluster pointed at sidecar/benchmarks/noop.py,
             which lets every message through: the floor of this architecture
   qos       envoy.yaml in front of qos-sidecar with its full policy (Redis, identity,
             budgets, overload, queue, SLO samples; the local stack's own processes)
@@ -50,7 +50,6 @@ from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
 from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
 
-BENCH_DIR = Path(__file__).resolve().parent
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
 CORE_KEY, BATCH_KEY, FLOOD_KEY = "bench-core", "bench-batch", "bench-flood"
@@ -365,7 +364,7 @@ def start_gateways(
     noop_port = free_port()
     noop = ManagedProcess(
         "noop-processor",
-        [sys.executable, str(BENCH_DIR / "noop_processor.py"), "--port", str(noop_port)],
+        [sys.executable, "-m", "sidecar.benchmarks.noop", "--port", str(noop_port)],
         work / "noop-processor.log",
     )
     stack.processes.append(

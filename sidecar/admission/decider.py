@@ -96,9 +96,9 @@ class AdmissionDecider:
         self._shedding = shedding
         self._queue = queue
         self._clock = clock
-        # Requests held here for a tier's budget, per bucket: they take turns, first come
-        # first served, and a newcomer queues behind them only if all fit in its wait.
-        self._budget_lines: dict[str, _BudgetLine] = {}
+        # Budget tokens that requests held here are waiting for, per bucket: a newcomer
+        # waits behind them, so it is held only if the bucket can serve them all in time.
+        self._budget_waiting: dict[str, float] = {}
         self._watch_budget = LocalTokenBuckets(clock)
         self._sample = sample
         # Tokens left in each tier's bucket after this sidecar's last call, for /metrics.
@@ -161,14 +161,6 @@ class AdmissionDecider:
             return request.refuse(overload)
         cost = prompt_tokens * request.tier_config.weight
         buckets = _buckets(request.snapshot, request.identity)
-        max_wait = request.tier_config.max_queue_wait_seconds
-        line = self._budget_lines.get(buckets[0].key)
-        if request.tier_config.sheddable and line is not None and line.waiting:
-            # Others here already wait for this tier's budget: no jumping the line (and
-            # no Redis call): queue behind them if all of them and this fit in time.
-            if (line.cost + cost) / buckets[0].rate > max_wait:
-                return request.refuse(Reason.SHED_TIER_BUDGET)
-            return self._hold_for_budget(request, cost, buckets, None)
         try:
             verdict = await self._limiter.acquire(cost, buckets)
             self.bucket_levels[request.tier] = verdict.remaining
@@ -194,47 +186,33 @@ class AdmissionDecider:
             )
         if not request.tier_config.sheddable:
             return await self._take_slot(request, "admitted_over_budget")
-        if self._queue is not None and verdict.retry_after <= max_wait:
-            return self._hold_for_budget(request, cost, buckets, verdict)
+        max_wait = request.tier_config.max_queue_wait_seconds
+        ahead = self._budget_waiting.get(refused.key, 0.0) / refused.rate
+        if self._queue is not None and verdict.retry_after + ahead <= max_wait:
+            return Hold(
+                lambda: self._wait_for_budget(request, cost, refused.key, buckets, verdict),
+                max_wait,
+                tier=request.tier.value,
+            )
         return request.refuse(Reason.SHED_TIER_BUDGET)
 
-    def _hold_for_budget(
-        self, request: _Request, cost: float, buckets: list[BucketSpec], verdict: Verdict | None
-    ) -> Hold:
-        line = self._budget_lines.setdefault(buckets[0].key, _BudgetLine())
-        return Hold(
-            lambda: self._wait_for_budget(request, cost, line, buckets, verdict),
-            request.tier_config.max_queue_wait_seconds,
-            tier=request.tier.value,
-        )
-
     async def _wait_for_budget(
-        self,
-        request: _Request,
-        cost: float,
-        line: _BudgetLine,
-        buckets: list[BucketSpec],
-        verdict: Verdict | None,
+        self, request: _Request, cost: float, key: str, buckets: list[BucketSpec], verdict: Verdict
     ) -> Final:
-        """Wait for this request's turn in the tier's budget line, then for the bucket to
-        hold its cost, then for a slot: all within the tier's max wait."""
+        """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
         started = self._clock()
         deadline = started + request.tier_config.max_queue_wait_seconds
-        line.join(cost)
+        self._budget_waiting[key] = self._budget_waiting.get(key, 0.0) + cost
         try:
-            async with asyncio.timeout(deadline - started), line.turn:
-                while True:
-                    if verdict is not None:
-                        if verdict.retry_after is None:
-                            return request.refuse(Reason.SHED_TIER_BUDGET)
-                        await asyncio.sleep(verdict.retry_after)
-                    verdict = await self._limiter.acquire(cost, buckets)
-                    if verdict.allowed:
-                        break
-        except TimeoutError:
-            return request.refuse(Reason.SHED_TIER_BUDGET)
+            while True:
+                await asyncio.sleep(verdict.retry_after or 0.0)
+                verdict = await self._limiter.acquire(cost, buckets)
+                if verdict.allowed:
+                    break
+                if verdict.retry_after is None or self._clock() + verdict.retry_after > deadline:
+                    return request.refuse(Reason.SHED_TIER_BUDGET)
         finally:
-            line.leave(cost)
+            self._budget_waiting[key] -= cost
         return await self._wait_for_slot(request, deadline - self._clock(), started)
 
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
@@ -271,24 +249,6 @@ class AdmissionDecider:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit
-
-
-class _BudgetLine:
-    """The requests held in this sidecar for one bucket: how many, what they cost, and
-    whose turn it is to ask Redis (asyncio.Lock serves waiters in order)."""
-
-    def __init__(self) -> None:
-        self.turn = asyncio.Lock()
-        self.waiting = 0
-        self.cost = 0.0
-
-    def join(self, cost: float) -> None:
-        self.waiting += 1
-        self.cost += cost
-
-    def leave(self, cost: float) -> None:
-        self.waiting -= 1
-        self.cost = self.cost - cost if self.waiting else 0.0
 
 
 def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -23,13 +25,14 @@ from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.benchmarks.traffic import CALLERS, capacity_rps, mean_prompt_tokens, plan
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
-from sidecar.stack import envoy_config
+from sidecar.stack import envoy_config, readiness
 from sidecar.stack.ports import free_port
-from sidecar.stack.processes import StackError
+from sidecar.stack.processes import ManagedProcess, StackError
 from sidecar.stack.stack import Stack, StackOptions, start_envoy
 
 PREFILL_TOKENS_PER_SECOND = 16_384.0  # the mock's default, per replica
 NO_QOS, QOS = "no QoS", "QoS"
+PROBE_KEY = "promo-probe"
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,15 @@ def main(settings: Settings) -> int:
         sidecar_args=("--log-level", "WARNING"),
     )
     outcomes: dict[str, list[Outcome]] = {}
+    probes: dict[str, dict] = {}
     try:
         with Stack(options) as stack:
             stack.config.set(configuration(settings.replicas, settings.time_scale))
             for caller in CALLERS:
                 stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
+            # The probes' tenant: refused by its own budget, so it takes nobody's.
+            stack.config.tenant("probe", "p2", PROBE_KEY, rate_tokens_per_second=1)
+            noop_address = _start_noop(stack, work)
             port, admin_port = free_port(), free_port()
             plain = envoy_config.without_qos(stack.envoy_config(port, admin_port))
             stack.processes.append(start_envoy(plain, work, admin_port, name="envoy-no-qos"))
@@ -91,9 +98,12 @@ def main(settings: Settings) -> int:
             for run in _runs(settings.runs):
                 url = urls[run]
                 print(f"[{run}] offering load through {url} ...", flush=True)
+                targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
+                probing = _start_probes(targets, settings.seconds) if run == QOS else {}
                 outcomes[run] = asyncio.run(
                     offer(url, requests, settings.timeout, _progress(run, settings.seconds))
                 )
+                probes.update({name: _probe_result(p) for name, p in probing.items()})
                 _wait_until_idle(stack.mock_urls)
     except StackError as error:
         print(f"the stack did not start: {error}")
@@ -104,6 +114,12 @@ def main(settings: Settings) -> int:
     for run, result in outcomes.items():
         late = report.percentile((o.late for o in result), 99)
         print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
+    for name, figures in probes.items():
+        print(
+            f"meanwhile, a gRPC round trip (one P2 decision at a time, in a process of its own)"
+            f" to the {name} processor: p50 {figures['p50_ms']:.2f} ms,"
+            f" p99 {figures['p99_ms']:.2f} ms"
+        )
     print(f"(logs in {work})")
     timelines = {run: report.timeline(o, settings.seconds) for run, o in outcomes.items()}
     if settings.json:
@@ -112,6 +128,7 @@ def main(settings: Settings) -> int:
             "capacity_rps": capacity,
             "offered_rps": rate,
             "runs": summaries,
+            "grpc_probes": probes,
             "timelines": timelines,
         }
         Path(settings.json).write_text(json.dumps(figures, indent=1))
@@ -127,6 +144,45 @@ def main(settings: Settings) -> int:
         plot(timelines, Path(settings.plot), title, slo)
         print(f"plot: {settings.plot}")
     return 0
+
+
+def _start_noop(stack: Stack, work: Path) -> str:
+    """The do-nothing ext_proc server, probed beside the sidecar: the runtime's floor."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    noop = ManagedProcess(
+        "noop-processor",
+        [sys.executable, "-m", "sidecar.benchmarks.noop", "--port", str(port)],
+        work / "noop-processor.log",
+    )
+    stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(address)))
+    return address
+
+
+def _start_probes(targets: dict[str, str], seconds: float) -> dict[str, subprocess.Popen]:
+    return {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sidecar.benchmarks.probe",
+                address,
+                "--seconds",
+                str(seconds),
+                "--api-key",
+                PROBE_KEY,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, address in targets.items()
+    }
+
+
+def _probe_result(process: subprocess.Popen) -> dict:
+    output, _ = process.communicate(timeout=60)
+    return json.loads(output)
 
 
 def _runs(names: str) -> list[str]:

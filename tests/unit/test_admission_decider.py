@@ -287,32 +287,6 @@ async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_
 
 
 @pytest.mark.asyncio
-async def test_requests_waiting_for_budget_take_turns_and_newcomers_queue_without_redis():
-    limiter = RefillsSoon()
-    decider, _ = queued_decider(limiter, max_concurrency=9)
-    first = await decider.decide(chat("k-p2"))
-    assert isinstance(first, Hold)
-    order = []
-
-    async def resume(name, held):
-        final = await held.resume()
-        order.append(name)
-        return final
-
-    waiting = [asyncio.create_task(resume("first", first))]
-    await asyncio.sleep(0)  # it is in line now
-    for name in ("second", "third"):
-        held = await decider.decide(chat("k-p2"))
-        assert isinstance(held, Hold)  # behind the first, without asking Redis
-        waiting.append(asyncio.create_task(resume(name, held)))
-        await asyncio.sleep(0)
-    assert len(limiter.calls) == 1
-    finals = await asyncio.gather(*waiting)
-    assert all(isinstance(f, Admit) for f in finals)
-    assert order == ["first", "second", "third"] and len(limiter.calls) == 4
-
-
-@pytest.mark.asyncio
 async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
     decision = await decider.decide(chat("k-p2", priority=-100))
