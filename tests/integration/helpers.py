@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import aiohttp
 
 from sidecar.stack.admin_client import scrape, sidecar_config_version
 from sidecar.stack.stack import Stack, StackOptions
 
 __all__ = [
+    "SteadyLoad",
+    "budgets_local",
+    "chat_once",
     "decision_count",
     "scrape",
     "sidecar_config_version",
@@ -44,6 +49,11 @@ def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str =
     )
 
 
+def budgets_local(stack: Stack) -> bool:
+    """The sidecar enforces budgets alone (Redis unreachable)."""
+    return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
+
+
 def admitted_count(sidecar_admin_url: str) -> float:
     return decision_count(sidecar_admin_url, "admit", "admitted")
 
@@ -56,3 +66,57 @@ async def wait_until(check: Callable[[], bool], within: float = 10.0, what: str 
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not within {within} s: {what or check}")
+
+
+PAYMENT = {"messages": [{"role": "user", "content": "pay"}], "max_tokens": 2}
+
+
+async def chat_once(
+    session: aiohttp.ClientSession,
+    url: str,
+    key: str,
+    body: dict | None = None,
+    header: str = "x-qos-decision",
+) -> tuple[int, str | None]:
+    """One chat completion through Envoy: its status and one response header."""
+    async with session.post(
+        f"{url}/v1/chat/completions",
+        json=body or PAYMENT,
+        headers={"Authorization": f"Bearer {key}"},
+    ) as response:
+        await response.read()
+        return response.status, response.headers.get(header)
+
+
+class SteadyLoad:
+    """Clients each sending one request after another, 20 ms apart, for as long as the
+    `async with` lasts; what each request got is in `results`, in order."""
+
+    def __init__(
+        self, send: Callable[[aiohttp.ClientSession], Awaitable[tuple]], clients: int = 4
+    ) -> None:
+        self._send = send
+        self._clients = clients
+        self.results: list[tuple] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> SteadyLoad:
+        self._session = aiohttp.ClientSession()
+        self._tasks = [asyncio.create_task(self._client()) for _ in range(self._clients)]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._stop.set()
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            assert self._session is not None
+            await self._session.close()
+
+    async def _client(self) -> None:
+        assert self._session is not None
+        while not self._stop.is_set():
+            self.results.append(await self._send(self._session))
+            await asyncio.sleep(0.02)

@@ -15,7 +15,14 @@ import redis
 from sidecar.config.schema import QosConfig
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.stack.redis_servers import cluster_ok, start_cluster_node
-from tests.integration.helpers import scrape, stack_with_tenant, wait_until
+from tests.integration.helpers import (
+    SteadyLoad,
+    budgets_local,
+    chat_once,
+    scrape,
+    stack_with_tenant,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -50,14 +57,6 @@ def master_of(stack, key: str) -> int:
     raise AssertionError(f"no master serves slot {slot}")
 
 
-async def post(session, url, key, body) -> tuple[int, str | None]:
-    async with session.post(
-        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
-    ) as response:
-        await response.read()
-        return response.status, response.headers.get("x-qos-decision")
-
-
 async def test_a_tenant_budget_admits_exactly_its_burst_on_the_cluster(cluster_stack):
     stack = cluster_stack
     cost = estimate_prompt_tokens(BODY) * QosConfig().tiers.p1.weight
@@ -67,7 +66,9 @@ async def test_a_tenant_budget_admits_exactly_its_burst_on_the_cluster(cluster_s
         "cluster-batch", "p1", P1_KEY, rate_tokens_per_second=1, burst_seconds=ALLOWED * cost
     )
     async with aiohttp.ClientSession() as session:
-        results = [await post(session, stack.envoy_url, P1_KEY, BODY) for _ in range(ALLOWED + 5)]
+        results = [
+            await chat_once(session, stack.envoy_url, P1_KEY, BODY) for _ in range(ALLOWED + 5)
+        ]
     admitted = [r for r in results if r == (200, None)]
     assert len(admitted) == ALLOWED, results
     assert results[ALLOWED:] == [(429, "tenant_rate_limited")] * 5
@@ -81,7 +82,7 @@ async def test_reports_samples_and_the_controller_lease_work_on_the_cluster(clus
     stack = cluster_stack
     async with aiohttp.ClientSession() as session:
         for _ in range(5):
-            assert await post(session, stack.envoy_url, P0_KEY, BODY) == (200, None)
+            assert await chat_once(session, stack.envoy_url, P0_KEY, BODY) == (200, None)
 
     def samples() -> dict[str, float]:
         return scrape(f"{stack.sidecar_admin_url}/metrics")
@@ -95,23 +96,12 @@ async def test_reports_samples_and_the_controller_lease_work_on_the_cluster(clus
 async def test_a_master_killed_under_load_sends_budgets_local_until_it_is_back(cluster_stack):
     stack = cluster_stack
     port = master_of(stack, "qos:{bucket-p0}:tier")
-    results: list[tuple[int, str | None]] = []
-    stop = asyncio.Event()
-
-    def budgets_local() -> bool:
-        return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
-
-    async def load(session):
-        while not stop.is_set():
-            results.append(await post(session, stack.envoy_url, P0_KEY, BODY))
-            await asyncio.sleep(0.02)
-
-    async with aiohttp.ClientSession() as session:
-        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+    async with SteadyLoad(lambda s: chat_once(s, stack.envoy_url, P0_KEY, BODY)) as load:
+        results = load.results
         await wait_until(lambda: len(results) >= 20, what="load running")
-        assert not budgets_local()
+        assert not budgets_local(stack)
         stack.process(f"redis-{port}").send_signal(signal.SIGKILL)
-        await wait_until(budgets_local, what="budgets local")
+        await wait_until(lambda: budgets_local(stack), what="budgets local")
         during = len(results)
         await asyncio.sleep(2)
         assert len(results) > during + 20  # P0 kept flowing without that master
@@ -120,11 +110,9 @@ async def test_a_master_killed_under_load_sends_budgets_local_until_it_is_back(c
         ports = cluster_ports(stack)
         await wait_until(lambda: all(cluster_ok(p, 3) for p in ports), what="cluster ok")
         back_at = time.monotonic()
-        await wait_until(lambda: not budgets_local(), within=3, what="shared budgets")
+        await wait_until(lambda: not budgets_local(stack), within=3, what="shared budgets")
         assert time.monotonic() - back_at <= 1.0
         await asyncio.sleep(0.5)
-        stop.set()
-        await asyncio.gather(*clients)
 
     assert stack.process("sidecar").running()
     failed = [r for r in results if r != (200, None)]

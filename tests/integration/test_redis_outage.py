@@ -7,12 +7,18 @@ import asyncio
 import signal
 import time
 
-import aiohttp
 import pytest
 
 from sidecar.stack.readiness import redis_ping
 from sidecar.stack.redis_servers import start_redis_server
-from tests.integration.helpers import scrape, stack_with_tenant, wait_until
+from tests.integration.helpers import (
+    SteadyLoad,
+    budgets_local,
+    chat_once,
+    scrape,
+    stack_with_tenant,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -25,34 +31,13 @@ def outage_stack(tmp_path_factory):
         yield stack
 
 
-def budgets_local(stack) -> bool:
-    return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
-
-
-async def p0_request(session, url) -> tuple[int, str | None]:
-    body = {"messages": [{"role": "user", "content": "pay"}], "max_tokens": 2}
-    async with session.post(
-        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {P0_KEY}"}
-    ) as response:
-        await response.read()
-        return response.status, response.headers.get("x-qos-decision")
-
-
 @pytest.mark.timeout(90)
 async def test_redis_killed_for_five_seconds_under_load(outage_stack):
     stack = outage_stack
-    results: list[tuple[int, str | None]] = []
-    stop = asyncio.Event()
-
-    async def load(session):
-        while not stop.is_set():
-            results.append(await p0_request(session, stack.envoy_url))
-            await asyncio.sleep(0.02)
-
     redis_name = stack.redis_process_name
     port = stack.options.redis_port
-    async with aiohttp.ClientSession() as session:
-        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+    async with SteadyLoad(lambda session: chat_once(session, stack.envoy_url, P0_KEY)) as load:
+        results = load.results
         await asyncio.sleep(1)
         assert not budgets_local(stack)
         stack.process(redis_name).send_signal(signal.SIGKILL)
@@ -68,8 +53,6 @@ async def test_redis_killed_for_five_seconds_under_load(outage_stack):
         await wait_until(lambda: not budgets_local(stack), within=3, what="shared budgets")
         assert time.monotonic() - back_at <= 1.0
         await asyncio.sleep(1)
-        stop.set()
-        await asyncio.gather(*clients)
 
     assert stack.process("sidecar").running()  # no crash
     failed = [r for r in results if r != (200, None)]

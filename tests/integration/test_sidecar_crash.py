@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import aiohttp
 import pytest
 
 from sidecar.stack import readiness
-from tests.integration.helpers import stack_with_tenant, wait_until
+from tests.integration.helpers import SteadyLoad, chat_once, stack_with_tenant, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -23,29 +22,15 @@ def crash_stack(tmp_path_factory):
         yield stack
 
 
-async def p0(session, url) -> tuple[int, str | None]:
-    """Status, and the tier the GPU saw (None: the request passed without QoS)."""
-    body = {"messages": [{"role": "user", "content": "pay"}], "max_tokens": 2}
-    async with session.post(
-        f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {P0_KEY}"}
-    ) as response:
-        await response.read()
-        return response.status, response.headers.get("x-mock-saw-x-qos-tier")
-
-
 @pytest.mark.timeout(90)
 async def test_p0_is_served_while_the_sidecar_is_down_and_qos_returns_with_it(crash_stack):
     stack = crash_stack
-    results = []
-    stop = asyncio.Event()
 
-    async def load(session):
-        while not stop.is_set():
-            results.append(await p0(session, stack.envoy_url))
-            await asyncio.sleep(0.02)
+    def p0(session):  # status, and the tier the GPU saw (None: it passed without QoS)
+        return chat_once(session, stack.envoy_url, P0_KEY, header="x-mock-saw-x-qos-tier")
 
-    async with aiohttp.ClientSession() as session:
-        clients = [asyncio.create_task(load(session)) for _ in range(4)]
+    async with SteadyLoad(p0) as load:
+        results = load.results
         await wait_until(lambda: len(results) >= 20)
         assert all(tier == "p0" for _, tier in results)
 
@@ -62,6 +47,4 @@ async def test_p0_is_served_while_the_sidecar_is_down_and_qos_returns_with_it(cr
         await wait_until(
             lambda: any(t == "p0" for _, t in results[back_from:]), within=10, what="QoS back"
         )
-        stop.set()
-        await asyncio.gather(*clients)
     assert {status for status, _ in results} == {200}  # not one P0 request failed
