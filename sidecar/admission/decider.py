@@ -22,6 +22,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.completion.access_log import LOGGED_HEADERS
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
@@ -309,9 +310,10 @@ def _tagged(
 ) -> Admit:
     """Admit with the sidecar's tags; internal headers a client sent never go upstream."""
     tags = {"x-qos-tier": tier, "x-qos-tenant": tenant}
-    spoofed = tuple(
-        name for name in request.headers if name.startswith(INTERNAL_PREFIX) and name not in tags
-    )
+    # Those seen, and the ones the sidecar's own machinery reads whether seen or not
+    # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
+    present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
+    spoofed = tuple(dict.fromkeys(n for n in (*present, *LOGGED_HEADERS) if n not in tags))
     replacement = None
     if body is not None:
         replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

@@ -79,7 +79,8 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
     decision = await decider(limiter).decide(chat(extra_headers=spoof))
     assert isinstance(decision, Admit)
     assert decision.set_headers == {"x-qos-tier": "p2", "x-qos-tenant": "bulk"}
-    assert decision.remove_headers == ("x-qos-priority",)
+    # The spoofed one, and the sidecar's own that the access log reads, whether sent or not.
+    assert decision.remove_headers == ("x-qos-priority", "x-qos-slot", "x-qos-queue-wait-ms")
     assert decision.replace_body is None
     cost, buckets = limiter.calls[0]
     assert cost == 100 + 4  # 400 characters and one message
