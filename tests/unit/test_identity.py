@@ -5,17 +5,10 @@ import pytest
 from sidecar.admission.identity import IdentityResolver, Unauthenticated, bearer_token
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import Snapshot, hash_api_key
+from tests.unit.clock import Clock
 
 KEYS = {hash_api_key("k-acme"): "acme", hash_api_key("k-gone"): "gone"}
 TENANTS = {"acme": Tenant(tier=Tier.P1), "pay": Tenant(tier=Tier.P0)}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Directory:

@@ -7,19 +7,12 @@ import pytest
 from sidecar.limiter.buckets import BucketSpec, Verdict
 from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.resilient import LocalTokenBuckets
+from tests.unit.clock import Clock
 
 pytestmark = pytest.mark.asyncio
 
 TIER = BucketSpec("qos:{bucket-p2}:tier", rate=10.0, burst=100.0)
 TENANT = BucketSpec("qos:{bucket-p2}:tenant:t", rate=50.0, burst=500.0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Counting:

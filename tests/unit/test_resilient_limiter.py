@@ -9,18 +9,11 @@ import redis.asyncio as redis
 
 from sidecar.limiter.buckets import BucketSpec, Verdict
 from sidecar.limiter.resilient import LocalTokenBuckets, ResilientLimiter
+from tests.unit.clock import Clock
 
 pytestmark = pytest.mark.asyncio
 
 BUCKET = BucketSpec("qos:{bucket-p1}:tier", rate=100.0, burst=50.0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Shared:
