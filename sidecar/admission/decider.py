@@ -22,6 +22,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.completion.access_log import LOGGED_HEADERS
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
@@ -51,9 +52,6 @@ from sidecar.queueing.queue import AdmissionQueue, QueueFull
 log = logging.getLogger(__name__)
 
 INTERNAL_PREFIX = "x-qos-"
-# The tags an admitted request carries upstream (as dynamic metadata, and as headers when
-# the request headers went through the sidecar).
-TAG_HEADERS = ("x-qos-slot", "x-qos-tier", "x-qos-tenant", "x-qos-queue-wait-ms")
 
 
 @dataclass(frozen=True)
@@ -108,19 +106,14 @@ class AdmissionDecider:
         self.bucket_levels: dict[Tier, float] = {}
 
     def watch_response(self) -> bool:
-        """A sample of the exchanges whose request headers the sidecar sees first
-        (slo.ttft_sample_rate, within slo.ttft_samples_per_second) whose response it asks
-        for: the first token of those that stream is timed."""
+        """A sample of exchanges (slo.ttft_sample_rate, at most slo.ttft_samples_per_second)
+        whose response is watched: their first token is timed."""
         slo = self._snapshot().config.slo
         if slo.ttft_sample_rate <= 0 or self._sample() >= slo.ttft_sample_rate:
             return False
-        return self.watch_first_token()
-
-    def watch_first_token(self) -> bool:
-        """Within slo.ttft_samples_per_second: each watched stream costs a gRPC message
-        per chunk until its first token."""
-        rate = self._snapshot().config.slo.ttft_samples_per_second
-        budget = BucketSpec("ttft-samples", rate, rate)
+        budget = BucketSpec(
+            "ttft-samples", slo.ttft_samples_per_second, slo.ttft_samples_per_second
+        )
         return self._watch_budget.acquire(1, [budget]).allowed
 
     async def decide(self, request: RequestView) -> Decision:
@@ -253,8 +246,8 @@ class AdmissionDecider:
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
         admit = _admit(request.view, request.identity, _engine_body(request), reason, slot, waited)
-        if request.completion.stream:
-            # Its first token can be timed, if its response is watched.
+        if request.completion.stream and request.view.response_watched:
+            # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit
 
@@ -317,10 +310,10 @@ def _tagged(
 ) -> Admit:
     """Admit with the sidecar's tags; internal headers a client sent never go upstream."""
     tags = {"x-qos-tier": tier, "x-qos-tenant": tenant}
-    # Those seen, and the tags whether seen or not (Envoy may show the sidecar only some
-    # headers: see messages.attribute_headers).
+    # Those seen, and the ones the sidecar's own machinery reads whether seen or not
+    # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
     present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
-    spoofed = tuple(dict.fromkeys(n for n in (*present, *TAG_HEADERS) if n not in tags))
+    spoofed = tuple(dict.fromkeys(n for n in (*present, *LOGGED_HEADERS) if n not in tags))
     replacement = None
     if body is not None:
         replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,10 +1,9 @@
 """Envoy's gRPC access-log stream: how the sidecar learns that an exchange has ended.
 
 Envoy writes one entry per HTTP exchange when it ends — completed, client gone, upstream
-reset, timed out — carrying the dynamic metadata the sidecar's decision set (namespace
-"qos", the in-flight slot among it; no client can set that). The entry gives the slot
-back. It arrives a millisecond or so after the end and costs no latency on the way of
-the response (bench/completion_signal.py measures the options).
+reset, timed out — carrying the request headers the sidecar set, `x-qos-slot` among them.
+The entry gives the slot back. It arrives a millisecond or so after the end and costs no
+latency on the way of the response (bench/completion_signal.py measures the options).
 """
 
 from __future__ import annotations
@@ -17,9 +16,11 @@ import grpc
 from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
-from sidecar.extproc.messages import METADATA_NAMESPACE
-
 log = logging.getLogger(__name__)
+
+SLOT_HEADER = "x-qos-slot"
+# What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
+LOGGED_HEADERS = ("x-qos-slot", "x-qos-tier", "x-qos-tenant", "x-qos-queue-wait-ms")
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,14 @@ def _seconds(duration) -> float | None:
 
 
 def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None:
-    common = entry.common_properties
-    decision = common.metadata.filter_metadata.get(METADATA_NAMESPACE)
-    slot = decision.fields.get("slot") if decision is not None else None
-    if slot is None or not slot.string_value:
+    headers = entry.request.request_headers
+    slot = headers.get(SLOT_HEADER)
+    if not slot:
         return None  # not admitted through a slot (shed, or passed through)
-    tier = decision.fields.get("tier")
+    common = entry.common_properties
     return ExchangeEnd(
-        slot=slot.string_value,
-        tier=tier.string_value if tier is not None else "",
+        slot=slot,
+        tier=headers.get("x-qos-tier", ""),
         status=entry.response.response_code.value,
         response_flags=common.response_flags,
         seconds_to_first_byte=_seconds(common.time_to_first_downstream_tx_byte),

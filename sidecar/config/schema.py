@@ -145,8 +145,6 @@ class IdentityConfig(_Strict):
     sources: tuple[Literal["api_key", "header"], ...] = ("api_key",)
     # A header set by a trusted filter in front (e.g. jwt_authn's claim_to_headers).
     # Only list "header" in sources if Envoy overwrites this header on every request.
-    # Envoy shows the sidecar the headers it reads as request_attributes: envoy.yaml
-    # lists request.headers['x-tenant-id']; name another header there too if you set one.
     tenant_header: Annotated[str, Field(pattern=r"^[a-z0-9-]+$")] = "x-tenant-id"
     # A request with no known identity: served in default_tier, or refused with 401.
     unknown: Literal["default_tier", "reject"] = "default_tier"
@@ -220,15 +218,12 @@ class SloConfig(_Strict):
     max_sample_age_seconds: Annotated[float, Field(gt=0)] = 60.0
     # Fewer fresh samples than this and the controller does not act on the tier.
     min_samples: Annotated[int, Field(ge=1)] = 50
-    # Share of exchanges whose response the sidecar asks Envoy for, to time the first token
-    # of those that stream (each costs a gRPC message, and one per chunk of a watched
-    # stream until its first token). It applies to the requests whose headers the sidecar
-    # sees first; the POSTs with a body that envoy.yaml sends as one message are sampled
-    # by Envoy itself (route body-sampled, runtime key qos.ttft_sample_percent)...
+    # Share of exchanges whose response Envoy sends the sidecar, to time the first token
+    # of those that stream (each costs a round trip, and one per chunk of a watched
+    # stream: bench/completion_signal.py)...
     ttft_sample_rate: Annotated[float, Field(ge=0, le=1)] = 0.25
-    # ...and at most this many streams a second per sidecar are watched: a busy gateway
-    # still gets plenty of samples (min_samples in seconds) without paying for a quarter
-    # of its traffic.
+    # ...and at most this many a second per sidecar: a busy gateway still gets plenty of
+    # samples (min_samples in seconds) without paying for a quarter of its traffic.
     ttft_samples_per_second: Annotated[float, Field(gt=0)] = 20.0
 
 

@@ -9,17 +9,13 @@
                            RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
 
 The decision is taken once, when the whole request is known: at the headers when the
-request has no body, else at the end of the (BUFFERED) body. A request with a body may
-come as one message, the body, carrying the request headers the sidecar reads as
-attributes (request_header_mode SKIP: Envoy's config routes POSTs with a body that way);
-its decision goes back as dynamic metadata only, since Envoy no longer holds the headers
-for ext_proc to change. Envoy sends the response phases only for a sample of exchanges:
-those the sidecar asks for at the request headers (mode_override), and those Envoy's
-config routes that way; the first token of a stream among them is timed. The others cost
-nothing after the decision, and their end is learnt from the access log. A held request
-is answered twice: first with override_message_timeout (so Envoy waits past its message
-timeout), then with the final decision. Any message that does not fit the current phase
-is a protocol error: the processing mode in Envoy's config does not match this sidecar's.
+request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
+phases only for the sample of exchanges the sidecar asks for at the request headers
+(mode_override), to time their first token; the others cost no round trip after the
+decision, and their end is learnt from the access log. A held request is answered
+twice: first with override_message_timeout (so Envoy waits past its message timeout),
+then with the final decision. Any message that does not fit the current phase is a
+protocol error: the processing mode in Envoy's config does not match this sidecar's.
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ class Exchange:
         self.first_byte_after: float | None = None
         self.phase = Phase.REQUEST_HEADERS
         self.request_headers: dict[str, str] = {}
-        self.headers_seen = False  # the request headers came as such, not as attributes
         self.response_status: int | None = None
         self.response_watched = False  # Envoy was asked for the response headers
         self.decision: Final | None = None
@@ -79,10 +74,6 @@ class Exchange:
     async def answers(self, message: ext_proc.ProcessingRequest) -> Answers:
         """The responses to one message from Envoy: one, or two for a held request."""
         kind = message.WhichOneof("request")
-        if self.phase is Phase.REQUEST_HEADERS and kind == "request_body":
-            # Headers skipped: the body comes first, with the headers we read as attributes.
-            self.request_headers = messages.attribute_headers(message)
-            self.phase = Phase.REQUEST_BODY
         handler = _HANDLERS.get((self.phase, kind))
         if handler is None:
             raise ProtocolError(f"{kind} is not expected in phase {self.phase.value}")
@@ -108,7 +99,6 @@ class Exchange:
 
     async def _on_request_headers(self, headers: ext_proc.HttpHeaders) -> Answers:
         self.request_headers = messages.header_dict(headers)
-        self.headers_seen = True
         if headers.end_of_stream:
             async for answer in self._decide("request_headers", body=None):
                 yield answer
@@ -140,17 +130,11 @@ class Exchange:
         status = messages.header_dict(headers).get(":status", "")
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
-        if self._time_first_token():
+        admitted = self.admitted
+        if admitted and admitted.time_first_byte and self.phase is Phase.RESPONSE_BODY:
             yield messages.watch_body_message()
         else:
             yield messages.continue_message("response_headers")
-
-    def _time_first_token(self) -> bool:
-        admitted = self.admitted
-        if admitted is None or not admitted.time_first_byte or self.phase is Phase.DONE:
-            return False
-        # Asked for at the request headers (and counted then), or sent by Envoy unasked.
-        return self.response_watched or self._decider.watch_first_token()
 
     async def _on_response_body(self, body: ext_proc.HttpBody) -> Answers:
         if body.body and self.first_byte_after is None:
@@ -167,7 +151,9 @@ class Exchange:
         yield messages.continue_message("response_trailers")
 
     async def _decide(self, kind: str, body: bytes | None) -> Answers:
-        view = RequestView(self.method, self.path, self.request_headers, body)
+        view = RequestView(
+            self.method, self.path, self.request_headers, body, self.response_watched
+        )
         started = time.perf_counter()
         decision = await self._ask(self._decider.decide, view)
         if isinstance(decision, Hold):
@@ -180,7 +166,7 @@ class Exchange:
             self._on_decision(decision, self.decision_seconds)
         if isinstance(decision, Admit):
             self.phase = Phase.RESPONSE_HEADERS
-            yield messages.admit_message(kind, decision, self.headers_seen)
+            yield messages.admit_message(kind, decision)
         else:
             self.phase = Phase.DONE
             yield messages.immediate_message(decision)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
@@ -10,7 +9,6 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
 
 from sidecar.policy.decision import Admit, Respond
 
@@ -36,39 +34,6 @@ def header_dict(headers: ext_proc.HttpHeaders) -> dict[str, str]:
     return result
 
 
-# Where Envoy puts the request_attributes it sends, and the names of those the sidecar reads.
-ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
-_PSEUDO_HEADERS = {"request.method": ":method", "request.path": ":path"}
-_HEADER_ATTRIBUTE = re.compile(r"^request\.headers\['([^']+)'\]$")
-# The namespace of the dynamic metadata that carries a decision (metadata_options in the
-# filter config; the header_mutation filter and the access log read it).
-METADATA_NAMESPACE = "qos"
-
-
-def attribute_headers(message: ext_proc.ProcessingRequest) -> dict[str, str]:
-    """The request headers Envoy sent as attributes (request.method, request.path,
-    request.headers['name']), under their header names; absent headers are not sent."""
-    result: dict[str, str] = {}
-    for key, value in message.attributes[ATTRIBUTES_KEY].fields.items():
-        name = _PSEUDO_HEADERS.get(key)
-        if name is None:
-            matched = _HEADER_ATTRIBUTE.match(key)
-            if matched is None:
-                continue
-            name = matched.group(1).lower()
-        if value.WhichOneof("kind") == "string_value":
-            result[name] = value.string_value
-    return result
-
-
-def decision_metadata(tags: Mapping[str, str]) -> struct_pb2.Struct:
-    """A decision's x-qos-* tags as dynamic metadata: {"qos": {"tier": ..., ...}}."""
-    fields = {name.removeprefix("x-qos-").replace("-", "_"): value for name, value in tags.items()}
-    metadata = struct_pb2.Struct()
-    metadata.fields[METADATA_NAMESPACE].struct_value.update(fields)
-    return metadata
-
-
 def header_mutation(
     set_headers: Mapping[str, str], remove_headers: Iterable[str] = ()
 ) -> ext_proc.HeaderMutation:
@@ -89,22 +54,16 @@ def continue_message(kind: str) -> ext_proc.ProcessingResponse:
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind]()})
 
 
-def admit_message(kind: str, admit: Admit, headers_seen: bool) -> ext_proc.ProcessingResponse:
-    """Continue, applying the decision's body change and tags. The tags travel as dynamic
-    metadata, which Envoy's header_mutation filter puts on the request; as header changes
-    too when the request headers went through the sidecar (a config without that filter)."""
+def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
+    """Continue, applying the decision's header and body changes."""
+    set_headers = dict(admit.set_headers)
     common = ext_proc.CommonResponse()
-    set_headers = dict(admit.set_headers) if headers_seen else {}
     if admit.replace_body is not None:
         common.body_mutation.body = admit.replace_body
-        if headers_seen:  # else Envoy drops content-length and its buffer filter recounts it
-            set_headers["content-length"] = str(len(admit.replace_body))
-    if headers_seen and (set_headers or admit.remove_headers):
+        set_headers["content-length"] = str(len(admit.replace_body))
+    if set_headers or admit.remove_headers:
         common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
-    answer = ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
-    if admit.set_headers:
-        answer.dynamic_metadata.CopyFrom(decision_metadata(admit.set_headers))
-    return answer
+    return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
 
 
 def watch_response_message() -> ext_proc.ProcessingResponse:

@@ -20,6 +20,8 @@ class RequestView:
     path: str
     headers: Mapping[str, str]  # lower-case names
     body: bytes | None  # None when the request had no body
+    # Envoy was asked for this exchange's response: its first token may be timed.
+    response_watched: bool = False
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class Admit:
     tier: str = ""
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
-    time_first_byte: bool = False  # a stream: if its response is watched, time its first token
+    time_first_byte: bool = False  # watch the response body for the first token's time
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,8 @@ class Decider(Protocol):
     async def decide(self, request: RequestView) -> Decision: ...
 
     def watch_response(self) -> bool:
-        """Whether to have Envoy send this exchange's response, asked as its request headers
-        arrive (each watched response costs a gRPC message or more)."""
-        ...
-
-    def watch_first_token(self) -> bool:
-        """Whether to watch the body of a stream whose response headers Envoy sent unasked
-        (Envoy's own sample: its config routes a share of requests that way)."""
+        """Whether to have Envoy send this exchange's response (asked as its request
+        begins; each watched response costs a gRPC round trip or more)."""
         ...
 
 
@@ -78,7 +75,4 @@ class AdmitAll:
         return Admit()
 
     def watch_response(self) -> bool:
-        return False
-
-    def watch_first_token(self) -> bool:
         return False

@@ -48,26 +48,17 @@ def connection_manager(config: dict[str, Any]) -> dict[str, Any]:
     return listener["filter_chains"][0]["filters"][0]["typed_config"]
 
 
-# The filters that exist for the sidecar: ext_proc, the buffer that holds the request
-# headers while it decides, and the header_mutation that puts its decision on them.
-QOS_FILTERS = (
-    "envoy.filters.http.ext_proc",
-    "envoy.filters.http.buffer",
-    "envoy.filters.http.header_mutation",
-)
-
-
 def without_qos(config: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `config` as the same Envoy would run with no QoS: none of the sidecar's
-    filters, no access-log stream to the sidecar."""
+    """A copy of `config` as the same Envoy would run with no QoS: no ext_proc filter, no
+    access-log stream to the sidecar."""
     config = copy.deepcopy(config)
     manager = connection_manager(config)
-    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] not in QOS_FILTERS]
+    manager["http_filters"] = [
+        f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
+    ]
     manager.pop("access_log", None)
     for host in manager["route_config"]["virtual_hosts"]:
         host.pop("typed_per_filter_config", None)
-        for route in host["routes"]:
-            route.pop("typed_per_filter_config", None)
     return config
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,17 +52,6 @@ def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str =
 def budgets_local(stack: Stack) -> bool:
     """The sidecar enforces budgets alone (Redis unreachable)."""
     return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
-
-
-def ttft_sample_percent(stack: Stack, percent: int) -> None:
-    """Pin the share of POSTs Envoy routes with their response headers shown to the sidecar
-    (the body-sampled route's runtime key), through Envoy's admin runtime layer."""
-    query = urllib.parse.urlencode({"qos.ttft_sample_percent": percent})
-    request = urllib.request.Request(
-        f"{stack.envoy_admin_url}/runtime_modify?{query}", method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=5) as answer:
-        assert answer.status == 200
 
 
 def admitted_count(sidecar_admin_url: str) -> float:

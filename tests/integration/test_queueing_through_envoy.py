@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import scrape, ttft_sample_percent, wait_until
+from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -185,7 +185,7 @@ async def _drain(request) -> None:
 async def test_a_long_stream_keeps_its_slot_until_it_ends(queue_stack, config):
     """Its ext_proc stream stays open as long as the exchange (Envoy is not asked for the
     response): the slot is given back when the answer ends, not earlier."""
-    ttft_sample_percent(queue_stack, 0)  # no response shown to the sidecar
+    config.set({"slo": {"ttft_sample_rate": 0.0}})  # no response watched
     # 5000 tokens of 0.5 ms: about 2.5 s, beyond the 1 s grace of an ended stream.
     async with (
         aiohttp.ClientSession() as session,

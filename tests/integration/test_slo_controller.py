@@ -16,7 +16,7 @@ from sidecar.config.schema import QosConfig, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.slo.samples import samples_key
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import scrape, ttft_sample_percent, wait_until
+from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -75,6 +75,7 @@ def slo_stack(tmp_path_factory):
                     "window": 300,
                     "max_sample_age_seconds": 3,
                     "min_samples": 10,
+                    "ttft_sample_rate": 1.0,
                 },
                 "controller": {
                     "cooldown_seconds": 0.5,
@@ -83,7 +84,6 @@ def slo_stack(tmp_path_factory):
                 },
             }
         )
-        ttft_sample_percent(stack, 100)  # every P0 stream's first token timed
         yield stack
 
 

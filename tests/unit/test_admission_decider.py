@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -304,13 +305,14 @@ async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
 async def test_streamed_answers_are_sampled_for_their_first_token_time():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 1.0})
     assert decider.watch_response()
-    assert (await decider.decide(chat("k-p2", stream=True))).time_first_byte
-    assert not (await decider.decide(chat("k-p2"))).time_first_byte  # nothing to time
+    watched = dataclasses.replace(chat("k-p2", stream=True), response_watched=True)
+    assert (await decider.decide(watched)).time_first_byte
+    assert not (await decider.decide(chat("k-p2", stream=True))).time_first_byte  # not asked
+    whole = dataclasses.replace(chat("k-p2"), response_watched=True)
+    assert not (await decider.decide(whole)).time_first_byte  # nothing to time
     never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
     assert not any(never.watch_response() for _ in range(100))
-    assert never.watch_first_token()  # Envoy's own sample: only the cap applies
     capped, _ = queued_decider(
         FakeLimiter(), slo={"ttft_sample_rate": 1.0, "ttft_samples_per_second": 5}
     )
     assert sum(capped.watch_response() for _ in range(100)) == 5  # within one second
-    assert not capped.watch_first_token()  # the same cap, spent
