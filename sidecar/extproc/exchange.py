@@ -11,11 +11,13 @@
 The decision is taken once, when the whole request is known: at the headers when the
 request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
 phases only for the sample of exchanges the sidecar asks for at the request headers
-(mode_override), to time their first token; the others cost no round trip after the
-decision, and their end is learnt from the access log. A held request is answered
-twice: first with override_message_timeout (so Envoy waits past its message timeout),
-then with the final decision. Any message that does not fit the current phase is a
-protocol error: the processing mode in Envoy's config does not match this sidecar's.
+(mode_override), to time their first token; once it has come, the sidecar closes the
+stream and Envoy sends the rest of the answer on without it. The others cost no round
+trip after the decision; every exchange's end is learnt from the access log. A held
+request is answered twice: first with override_message_timeout (so Envoy waits past its
+message timeout), then with the final decision. Any message that does not fit the
+current phase is a protocol error: the processing mode in Envoy's config does not match
+this sidecar's.
 """
 
 from __future__ import annotations
@@ -142,7 +144,10 @@ class Exchange:
             self.first_byte_after = time.monotonic() - self.started
             if self._on_first_byte is not None and self.admitted is not None:
                 self._on_first_byte(self.admitted, self.first_byte_after)
-        if body.end_of_stream:
+        # Timed: the rest of the stream is none of our business. Done, the stream to Envoy
+        # closes after this answer and Envoy sends the other chunks on without us (each
+        # would cost a message); the access log still tells the exchange's end.
+        if body.end_of_stream or self.first_byte_after is not None:
             self.phase = Phase.DONE
         yield messages.continue_message("response_body")
 

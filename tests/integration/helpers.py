@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,6 +53,17 @@ def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str =
 def budgets_local(stack: Stack) -> bool:
     """The sidecar enforces budgets alone (Redis unreachable)."""
     return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
+
+
+def ext_proc_messages(stack: Stack) -> tuple[int, int]:
+    """Messages Envoy sent to the sidecar and received from it, so far."""
+    url = f"{stack.envoy_admin_url}/stats?filter=ext_proc"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        stats = dict(line.split(": ") for line in r.read().decode().splitlines())
+    return (
+        int(stats["http.llm_ingress.ext_proc.stream_msgs_sent"]),
+        int(stats["http.llm_ingress.ext_proc.stream_msgs_received"]),
+    )
 
 
 def admitted_count(sidecar_admin_url: str) -> float:

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import scrape, wait_until
+from tests.integration.helpers import ext_proc_messages, scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -196,4 +196,29 @@ async def test_a_long_stream_keeps_its_slot_until_it_ends(queue_stack, config):
         await asyncio.sleep(1.5)
         assert sidecar_gauges(queue_stack)[0] == 1  # still streaming: still held
         await answer.read()
+    await wait_until(lambda: sidecar_gauges(queue_stack) == (0, 0), what="slot given back")
+
+
+async def test_a_watched_stream_is_let_go_after_its_first_token_and_keeps_its_slot(
+    queue_stack, config
+):
+    """Once its first token is timed the sidecar closes its ext_proc stream: Envoy streams
+    the rest alone, and the access log still gives the slot back at the end."""
+    config.set({"slo": {"ttft_sample_rate": 1.0}})
+    before = ext_proc_messages(queue_stack)
+    async with (
+        aiohttp.ClientSession() as session,
+        post(session, queue_stack, "p2", chat(5000, stream=True)) as answer,
+    ):
+        assert answer.status == 200
+        first = await answer.content.readline()
+        await asyncio.sleep(1.5)
+        assert sidecar_gauges(queue_stack)[0] == 1  # still streaming: still held
+        rest = await answer.read()
+    whole = first + rest
+    assert whole.count(b'"content":') - whole.count(b'"content":""') == 5000
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    sent, _ = ext_proc_messages(queue_stack)
+    # Headers, body, response headers and the chunks up to the first token; not 5000.
+    assert sent - before[0] <= 6
     await wait_until(lambda: sidecar_gauges(queue_stack) == (0, 0), what="slot given back")
