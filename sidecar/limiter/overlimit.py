@@ -1,11 +1,13 @@
 """A local memory of empty buckets, so a refused tier costs no Redis call.
 
 When the shared buckets refuse a request, the answer says which bucket refused and when
-it will hold the request's cost again: a bucket only gains tokens by refilling, so until
-then it refuses every request costing as much or more, whatever any sidecar does. Those
-are answered here, without Redis, until that moment; anything cheaper, or any bucket
-whose rate or burst changed since, still asks Redis. Nothing is refused that the shared
-buckets would admit (the moment is taken from before the call, so it errs early).
+it will hold the request's cost again: so how many tokens it held at most. A bucket only
+gains tokens by refilling, at its rate, whatever any sidecar does; from then on it holds
+at most that level plus its refill since. A request costing more than that bound is
+refused here, without Redis, whatever its cost compared with the first; anything within
+the bound, or any bucket whose rate or burst changed since, still asks Redis. Nothing is
+refused that the shared buckets would admit (the bound is taken from before the call and
+allows for the script's rounding, so it errs high).
 """
 
 from __future__ import annotations
@@ -15,26 +17,42 @@ from collections.abc import Callable, Sequence
 
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
 
+# The script rounds a wait up to the next millisecond: the level it implies is low by up
+# to a millisecond of refill, so the bound adds one.
+ROUNDING_SECONDS = 0.001
+
 
 class OverLimitCache:
     def __init__(self, inner: Limiter, clock: Callable[[], float] = time.monotonic) -> None:
         self._inner = inner
         self._clock = clock
-        # (key, rate, burst) → (until, cost): fewer than `cost` tokens until `until`.
-        self._empty: dict[tuple[str, float, float], tuple[float, float]] = {}
+        # (key, rate, burst) → (at, level): the bucket held at most `level` tokens at `at`.
+        self._bounds: dict[tuple[str, float, float], tuple[float, float]] = {}
         self.hits = 0
 
     async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         now = self._clock()
         for index, bucket in enumerate(buckets):
-            known = self._empty.get((bucket.key, bucket.rate, bucket.burst))
-            if known is not None and now < known[0] and cost >= known[1]:
+            known = self._bounds.get((bucket.key, bucket.rate, bucket.burst))
+            if known is None or cost > bucket.burst:  # beyond the burst: Redis says never
+                continue
+            at, level = known
+            most = level + (now - at) * bucket.rate
+            if cost > most:
                 self.hits += 1
-                return Verdict(False, refused=index, retry_after=known[0] - now)
+                return Verdict(False, refused=index, retry_after=(cost - most) / bucket.rate)
         verdict = await self._inner.acquire(cost, buckets)
         if not verdict.allowed and verdict.retry_after and verdict.refused is not None:
             bucket = buckets[verdict.refused]
-            self._empty[(bucket.key, bucket.rate, bucket.burst)] = (now + verdict.retry_after, cost)
-        if len(self._empty) > 10_000:  # tenants come and go: drop what has expired
-            self._empty = {k: v for k, v in self._empty.items() if v[0] > now}
+            waited = max(0.0, verdict.retry_after - ROUNDING_SECONDS)
+            self._bounds[(bucket.key, bucket.rate, bucket.burst)] = (
+                now,
+                cost - waited * bucket.rate,
+            )
+        if len(self._bounds) > 10_000:  # tenants come and go: drop the refilled ones
+            self._bounds = {
+                key: (at, level)
+                for key, (at, level) in self._bounds.items()
+                if level + (now - at) * key[1] < key[2]
+            }
         return verdict

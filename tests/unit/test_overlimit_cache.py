@@ -35,20 +35,25 @@ async def test_a_refused_bucket_is_answered_locally_until_it_refills():
     refused = await cache.acquire(40, [TIER, TENANT])
     assert not refused.allowed and refused.retry_after == pytest.approx(4.0)
     clock.now = 1.0
-    again = await cache.acquire(60, [TIER, TENANT])  # dearer, before the refill: local
-    assert (again.allowed, again.refused, again.retry_after) == (False, 0, pytest.approx(3.0))
-    assert (shared.calls, cache.hits) == (2, 1)
+    # The bucket held nothing at 0 s, so at most 10 tokens now (and a millisecond's more).
+    again = await cache.acquire(60, [TIER, TENANT])
+    assert (again.allowed, again.refused) == (False, 0)
+    assert again.retry_after == pytest.approx(5.0, abs=0.002)  # when 60 may fit
+    cheaper = await cache.acquire(20, [TIER, TENANT])  # cheaper than the refused 40: local too
+    assert not cheaper.allowed and cheaper.retry_after == pytest.approx(1.0, abs=0.002)
+    assert (shared.calls, cache.hits) == (2, 2)
 
-    cheaper = await cache.acquire(5, [TIER, TENANT])  # might fit already: Redis decides
-    assert cheaper.allowed and shared.calls == 3
+    within = await cache.acquire(5, [TIER, TENANT])  # might fit already: Redis decides
+    assert within.allowed and shared.calls == 3
 
 
-async def test_it_never_refuses_what_the_shared_buckets_would_admit():
+@pytest.mark.parametrize("spacing", [0.7, 0.05])
+async def test_it_never_refuses_what_the_shared_buckets_would_admit(spacing):
     clock = Clock()
     cache, reference = OverLimitCache(Counting(clock), clock), Counting(clock)
-    costs = [30, 80, 45, 45, 10, 90, 60, 25, 70, 40] * 20
+    costs = [30, 80, 45, 45, 10, 90, 60, 25, 70, 40, 9, 11, 100, 101] * 20
     for step, cost in enumerate(costs):
-        clock.now = step * 0.7
+        clock.now = step * spacing
         cached = await cache.acquire(cost, [TIER, TENANT])
         exact = await reference.acquire(cost, [TIER, TENANT])
         assert cached.allowed == exact.allowed, (step, cost)
