@@ -58,6 +58,10 @@ _GRPC_OPTIONS = [
     # Envoy keeps one HTTP/2 connection with many streams; let it ping idle connections.
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # A body message is the buffered body plus a few bytes of framing: gRPC's default 4 MiB
+    # cap refused the largest body envoy.yaml buffers (4 MiB), and Envoy then failed open,
+    # past QoS. Well above any per_connection_buffer_limit_bytes a deployment would set.
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
 
 

@@ -191,6 +191,18 @@ def test_an_oversized_body_gets_envoys_413_as_an_openai_error(stack):
     assert json.loads(body)["error"]["code"] == "request_too_large"
 
 
+def test_the_largest_body_envoy_accepts_is_still_decided_by_the_sidecar(stack):
+    """At Envoy's buffer limit the ext_proc message is a little larger than the body; the
+    sidecar must still take it, not fail the stream (Envoy would then fail open)."""
+    envelope = json.dumps({"messages": [{"role": "user", "content": ""}]}).encode()
+    limit = 4 * 1024 * 1024  # per_connection_buffer_limit_bytes in envoy.yaml
+    content = "x" * (limit - len(envelope))
+    largest = json.dumps({"messages": [{"role": "user", "content": content}]}).encode()
+    assert len(largest) == limit
+    status, headers, body = post_raw(stack, "/v1/chat/completions", largest)
+    assert headers.get("x-qos-decision"), (status, body[:200])  # the sidecar's answer
+
+
 def test_unknown_paths_pass_through_to_vllm(stack):
     status, _, _ = post_raw(stack, "/v1/no-such-thing", b"{}")
     assert status == 404  # the model server's answer, not the sidecar's
