@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sidecar.benchmarks import report
+from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.benchmarks.traffic import CALLERS, capacity_rps, mean_prompt_tokens, plan
 from sidecar.config.schema import QosConfig
@@ -74,8 +75,11 @@ def main(settings: Settings) -> int:
         flush=True,
     )
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
+    shed_log = work / "envoy-sheds.log"
+    gateway = envoy_config.write(with_shed_log(envoy_config.load(), shed_log), work / "qos.yaml")
     options = StackOptions.on_free_ports(
         work,
+        envoy_config=gateway,
         replicas=settings.replicas,
         time_scale=settings.time_scale,
         mock_args=("--scheduling-policy", "priority", "--log-level", "WARNING"),
@@ -114,6 +118,13 @@ def main(settings: Settings) -> int:
     for run, result in outcomes.items():
         late = report.percentile((o.late for o in result), 99)
         print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
+    gateway_sheds = shed_times(shed_log) if QOS in outcomes else {}
+    for tier, figures in gateway_sheds.items():
+        if figures["p99_ms"] is not None:
+            print(
+                f"{QOS}: Envoy timed the {tier.upper()} sheds at p50 {figures['p50_ms']:.1f} ms,"
+                f" p99 {figures['p99_ms']:.1f} ms (first byte in to last byte out)"
+            )
     for name, figures in probes.items():
         print(
             f"meanwhile, a gRPC round trip (one P2 decision at a time, in a process of its own)"
@@ -129,6 +140,7 @@ def main(settings: Settings) -> int:
             "offered_rps": rate,
             "runs": summaries,
             "grpc_probes": probes,
+            "gateway_shed_ms": gateway_sheds,
             "timelines": timelines,
         }
         Path(settings.json).write_text(json.dumps(figures, indent=1))

@@ -26,7 +26,12 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| QoS | P0 |" in result.stdout and "| no QoS | P2 |" in result.stdout
     assert "[QoS]" in result.stdout  # progress while it ran
-    runs = json.loads(figures.read_text())["runs"]
+    saved = json.loads(figures.read_text())
+    runs = saved["runs"]
+    # Envoy's own timing of the sheds, from the gateway's access log.
+    assert "QoS: Envoy timed the P2 sheds at p50" in result.stdout
+    gateway_p2 = saved["gateway_shed_ms"]["p2"]
+    assert 0 < gateway_p2["p50_ms"] <= gateway_p2["p99_ms"]
     assert set(runs) == {"QoS", "no QoS"}
     for tier in ("p0", "p1", "p2"):
         offered = runs["QoS"][tier]["offered"]
