@@ -22,6 +22,10 @@ from sidecar.options import setting
 log = logging.getLogger(__name__)
 
 
+# Above any body a gateway in front buffers (envoy.yaml: 4 MiB).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = setting("127.0.0.1", "MOCK_VLLM_HOST", "address to bind")
@@ -72,7 +76,9 @@ class MockVllm:
         self.engine.on_finish = self._latency.observe
 
     def app(self) -> web.Application:
-        app = web.Application()
+        # vLLM's server sets no body limit of its own (aiohttp's default is 1 MiB): a prompt
+        # the gateway lets through gets vLLM's answer, a 400 if it is beyond the context.
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)

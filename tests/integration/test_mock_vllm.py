@@ -103,6 +103,8 @@ def test_bad_requests_get_openai_errors(mock_vllm):
     cases = [
         ({"messages": []}, 400, "messages"),
         ({"messages": [{"role": "user", "content": "x" * 8000}]}, 400, None),
+        # Beyond aiohttp's default 1 MiB body limit: still vLLM's context-length answer.
+        ({"messages": [{"role": "user", "content": "x" * 2_000_000}]}, 400, None),
         ({"model": "other", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
         ({"prompt": "x", "priority": 1}, 400, None),
     ]
