@@ -36,8 +36,7 @@ class OverLimitCache:
             known = self._bounds.get((bucket.key, bucket.rate, bucket.burst))
             if known is None or cost > bucket.burst:  # beyond the burst: Redis says never
                 continue
-            at, level = known
-            most = level + (now - at) * bucket.rate
+            most = _at_most(known, bucket.rate, now)
             if cost > most:
                 self.hits += 1
                 return Verdict(False, refused=index, retry_after=(cost - most) / bucket.rate)
@@ -51,8 +50,14 @@ class OverLimitCache:
             )
         if len(self._bounds) > 10_000:  # tenants come and go: drop the refilled ones
             self._bounds = {
-                key: (at, level)
-                for key, (at, level) in self._bounds.items()
-                if level + (now - at) * key[1] < key[2]
+                key: bound
+                for key, bound in self._bounds.items()
+                if _at_most(bound, key[1], now) < key[2]
             }
         return verdict
+
+
+def _at_most(bound: tuple[float, float], rate: float, now: float) -> float:
+    """The most tokens a bucket can hold now: its bound then, plus its refill since."""
+    at, level = bound
+    return level + (now - at) * rate
