@@ -57,7 +57,8 @@ def variant(name: str) -> dict[str, Any]:
         observer["name"] = "qos_observer"
         observer["typed_config"]["observability_mode"] = True
         observer["typed_config"]["processing_mode"]["response_body_mode"] = "STREAMED"
-        manager["http_filters"].insert(1, observer)
+        filters = manager["http_filters"]
+        filters.insert(filters.index(ext_proc) + 1, observer)
     return config
 
 

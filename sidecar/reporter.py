@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 CACHE_CONFIG = "vllm:cache_config_info"
+POLICIES = ("", "fcfs", "priority")  # "": unknown
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,19 @@ class Settings:
     sidecar: str = setting("127.0.0.1:50051", "QOS_SIDECAR_ADDRESS", "sidecar gRPC address")
     pod_id: str = setting("", "POD_NAME", "this pod's id (default: host name and vLLM port)")
     interval: float = setting(0.2, "QOS_REPORT_INTERVAL", "seconds between reports")
+    scheduling_policy: str = setting(
+        "",
+        "QOS_VLLM_SCHEDULING_POLICY",
+        "the --scheduling-policy vLLM runs with (fcfs or priority), passed on in each report "
+        "so the sidecar can warn when engine.send_priority meets fcfs; empty: unknown",
+    )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
+
+    def __post_init__(self) -> None:
+        if self.scheduling_policy not in POLICIES:
+            raise SystemExit(
+                f"--scheduling-policy {self.scheduling_policy!r}: fcfs, priority or empty"
+            )
 
     def resolved_pod_id(self) -> str:
         if self.pod_id:
@@ -50,12 +63,27 @@ class MetricsUnreadable(ValueError):
     """The text has none of vLLM's KV-cache metrics."""
 
 
-def parse_vllm_metrics(text: str, pod_id: str) -> load_report_pb2.LoadReport:
-    """A load report from vLLM's Prometheus text (summed over engines and models)."""
+def parse_vllm_metrics(
+    text: str, pod_id: str, scheduling_policy: str = ""
+) -> load_report_pb2.LoadReport:
+    """A load report from vLLM's Prometheus text.
+
+    Per engine (vLLM labels each series with `engine`; a data-parallel pod has several):
+    KV usage is averaged (the engines' caches are alike), running and waiting are summed.
+    The block count is taken once: every engine's `vllm:cache_config_info` repeats the
+    pod's figure, already summed over its engines (vLLM 0.33), so adding them up would
+    count the pod's capacity once per engine.
+    """
     usage: dict[str, list[float]] = {name: [] for name in KV_USAGE}
-    running = waiting = blocks = 0.0
+    running = waiting = 0.0
+    blocks = 0
+    models: set[str] = set()
+    any_vllm = False
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            any_vllm = any_vllm or sample.name.startswith("vllm:")
+            if "model_name" in sample.labels:
+                models.add(sample.labels["model_name"])
             if sample.name in usage:
                 usage[sample.name].append(sample.value)
             elif sample.name == RUNNING:
@@ -63,18 +91,33 @@ def parse_vllm_metrics(text: str, pod_id: str) -> load_report_pb2.LoadReport:
             elif sample.name == WAITING:
                 waiting += sample.value
             elif sample.name == CACHE_CONFIG:
-                blocks += float(sample.labels.get("num_gpu_blocks") or 0)
+                blocks = max(blocks, _int_label(sample.labels.get("num_gpu_blocks")))
     values = next((usage[name] for name in KV_USAGE if usage[name]), None)
     if values is None:
+        if not any_vllm:
+            raise MetricsUnreadable(
+                "no vllm: series at all: is vLLM started with --disable-log-stats? "
+                "It removes every vllm: metric, and the reporter needs its KV-cache usage"
+            )
         raise MetricsUnreadable(f"no {' or '.join(KV_USAGE)} in the metrics")
     return load_report_pb2.LoadReport(
         pod_id=pod_id,
+        model=next(iter(models)) if len(models) == 1 else "",
         kv_cache_usage=min(max(sum(values) / len(values), 0.0), 1.0),
-        kv_blocks_total=int(blocks),
+        kv_blocks_total=blocks,
         num_requests_running=int(running),
         num_requests_waiting=int(waiting),
         observed_unix_ms=int(time.time() * 1000),
+        scheduling_policy=scheduling_policy,
     )
+
+
+def _int_label(value: str | None) -> int:
+    """A count from an info label ("None" before vLLM has profiled its memory)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 
 class Reporter:
@@ -103,7 +146,7 @@ class Reporter:
             async with http.get(f"{self.settings.vllm_url}/metrics") as response:
                 response.raise_for_status()
                 text = await response.text()
-            report = parse_vllm_metrics(text, self.pod_id)
+            report = parse_vllm_metrics(text, self.pod_id, self.settings.scheduling_policy)
         except (aiohttp.ClientError, TimeoutError, MetricsUnreadable) as error:
             self._trouble("vllm", f"cannot read {self.settings.vllm_url}/metrics: {error}")
             return

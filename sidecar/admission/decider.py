@@ -43,6 +43,7 @@ from sidecar.openai_api.request import (
 from sidecar.openai_api.validate import validate
 from sidecar.overload.shedding import SheddingState, overload_refusal
 from sidecar.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
+from sidecar.policy.engine import EngineFields, client_control_headers, engine_fields
 from sidecar.policy.fallbacks import ResponseShape
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
@@ -218,7 +219,7 @@ class AdmissionDecider:
 
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
         if self._queue is None:
-            return _admit(request.view, request.identity, _engine_body(request), reason)
+            return _admit(request.view, request.identity, _engine(request), reason)
         stream = request.completion.stream
         slot = self._queue.try_take(request.tier, request.identity.tenant_label, stream)
         if slot is not None:
@@ -245,7 +246,7 @@ class AdmissionDecider:
         return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
-        admit = _admit(request.view, request.identity, _engine_body(request), reason, slot, waited)
+        admit = _admit(request.view, request.identity, _engine(request), reason, slot, waited)
         if request.completion.stream and request.view.response_watched:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
@@ -272,53 +273,58 @@ def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:
     return buckets
 
 
-def _engine_body(request: _Request) -> dict[str, Any] | None:
-    """The body with the tier's vLLM priority; never a priority the client chose."""
-    body = request.body if request.body is not None else request.completion.body
-    if request.snapshot.config.engine.send_priority:
-        return {**body, "priority": request.tier_config.vllm_priority}
-    if "priority" in body:
-        return {key: value for key, value in body.items() if key != "priority"}
-    return request.body
+def _engine(request: _Request) -> EngineFields:
+    """The body and headers vLLM schedules by: the tier's priority, never the client's."""
+    changed = request.body is not None
+    return engine_fields(
+        request.body if changed else request.completion.body,
+        changed,
+        request.snapshot.config.engine.send_priority,
+        request.tier_config.vllm_priority,
+    )
 
 
 def _admit(
     request: RequestView,
     identity: Identity,
-    body: dict[str, Any] | None = None,
+    engine: EngineFields | None = None,
     reason: str = "admitted",
     slot: str = "",
     waited: float | None = None,
 ) -> Admit:
-    admit = _tagged(request, identity.tier.value, identity.tenant_label, body, reason)
-    if not slot:
-        return admit
-    extra = {"x-qos-slot": slot, "x-qos-queue-wait-ms": f"{(waited or 0.0) * 1000:.0f}"}
-    return Admit(
-        set_headers={**admit.set_headers, **extra},
-        remove_headers=tuple(h for h in admit.remove_headers if h not in extra),
-        replace_body=admit.replace_body,
-        reason=reason,
-        tier=admit.tier,
-        slot=slot,
-        queue_wait=waited,
-    )
+    extra = dict(engine.headers) if engine else {}
+    if slot:
+        extra |= {"x-qos-slot": slot, "x-qos-queue-wait-ms": f"{(waited or 0.0) * 1000:.0f}"}
+    body = engine.body if engine else None
+    admit = _tagged(request, identity.tier.value, identity.tenant_label, body, reason, extra)
+    return dataclasses.replace(admit, slot=slot, queue_wait=waited if slot else None)
 
 
 def _tagged(
-    request: RequestView, tier: str, tenant: str, body: dict[str, Any] | None, reason: str
+    request: RequestView,
+    tier: str,
+    tenant: str,
+    body: dict[str, Any] | None,
+    reason: str,
+    extra: dict[str, str] | None = None,
 ) -> Admit:
-    """Admit with the sidecar's tags; internal headers a client sent never go upstream."""
-    tags = {"x-qos-tier": tier, "x-qos-tenant": tenant}
+    """Admit with the sidecar's tags; internal headers and engine instructions a client
+    sent never go upstream."""
+    tags = {"x-qos-tier": tier, "x-qos-tenant": tenant, **(extra or {})}
     # Those seen, and the ones the sidecar's own machinery reads whether seen or not
     # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
     present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
-    spoofed = tuple(dict.fromkeys(n for n in (*present, *LOGGED_HEADERS) if n not in tags))
+    engine = client_control_headers(request.headers)
+    stripped = dict.fromkeys(n for n in (*present, *LOGGED_HEADERS, *engine) if n not in tags)
     replacement = None
     if body is not None:
         replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     return Admit(
-        set_headers=tags, remove_headers=spoofed, replace_body=replacement, reason=reason, tier=tier
+        set_headers=tags,
+        remove_headers=tuple(stripped),
+        replace_body=replacement,
+        reason=reason,
+        tier=tier,
     )
 
 

@@ -43,6 +43,12 @@ class Settings:
     seconds: float = setting(40.0, None, "how long each run offers load")
     timeout: float = setting(30.0, None, "a client gives up on a request after this long")
     time_scale: float = setting(1.0, None, "the mock GPUs' time scale (0.1: ten times faster)")
+    chunked_prefill: bool = setting(
+        True,
+        None,
+        "the mock GPUs prefill long prompts in chunks beside the decode, as vLLM does by "
+        "default; --no-chunked-prefill prefills each whole, the brief's stall",
+    )
     seed: int = setting(7, None, "seed of the planned traffic")
     runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
     json: str = setting("", None, "write the figures and the timelines to this file")
@@ -67,8 +73,10 @@ def main(settings: Settings) -> int:
     capacity = capacity_rps(fleet_prefill)
     rate = settings.overload * capacity
     requests = plan(rate, settings.seconds, settings.seed)
+    prefill = "chunked" if settings.chunked_prefill else "whole (unchunked)"
     print(
-        f"flash sale: {settings.replicas} GPUs prefilling {fleet_prefill:,.0f} tokens/s take "
+        f"flash sale: {settings.replicas} GPUs prefilling {fleet_prefill:,.0f} tokens/s, "
+        f"prompts {prefill}, take "
         f"{capacity:.1f} requests/s of this mix (mean prompt {mean_prompt_tokens():,.0f} "
         f"tokens); offering {settings.overload:g}x = {rate:.1f}/s for {settings.seconds:g} s "
         f"({len(requests)} requests)",
@@ -82,7 +90,13 @@ def main(settings: Settings) -> int:
         envoy_config=gateway,
         replicas=settings.replicas,
         time_scale=settings.time_scale,
-        mock_args=("--scheduling-policy", "priority", "--log-level", "WARNING"),
+        mock_args=(
+            "--scheduling-policy",
+            "priority",
+            "--log-level",
+            "WARNING",
+            "--chunked-prefill" if settings.chunked_prefill else "--no-chunked-prefill",
+        ),
         sidecar_args=("--log-level", "WARNING"),
     )
     outcomes: dict[str, list[Outcome]] = {}
@@ -148,9 +162,10 @@ def main(settings: Settings) -> int:
     if settings.plot:
         from sidecar.benchmarks.plot import plot
 
+        prefill = "chunked" if settings.chunked_prefill else "unchunked"
         title = (
-            f"Flash sale at {settings.overload:g}x capacity on {settings.replicas} mock GPUs"
-            f" ({len(requests)} requests in {settings.seconds:g} s)"
+            f"Flash sale at {settings.overload:g}x capacity on {settings.replicas} mock GPUs,"
+            f" {prefill} prefill ({len(requests)} requests in {settings.seconds:g} s)"
         )
         slo = QosConfig().slo.targets.p0.ttft_ms
         plot(timelines, Path(settings.plot), title, slo)

@@ -187,8 +187,10 @@ class QueueConfig(_Strict):
 
 
 class EngineConfig(_Strict):
-    # Write each tier's vllm_priority into the request body. Needs vLLM started with
-    # --scheduling-policy priority: vLLM refuses a non-zero priority otherwise.
+    # Send each tier's vllm_priority to vLLM, as the X-Vllm-Priority header (which vLLM
+    # reads first) and in the body. Needs vLLM started with --scheduling-policy priority:
+    # under its default, fcfs, vLLM 0.33 accepts a priority and silently ignores it (the
+    # sidecar warns when pods' reporters say fcfs or nothing).
     send_priority: bool = False
 
 

@@ -1,17 +1,23 @@
 """A simulated GPU running vLLM's scheduler, honest enough to show the problem QoS solves.
 
-The model, in vLLM's terms:
+The model, in vLLM's terms (defaults those of vLLM 0.33):
 - a KV cache of `kv_cache_tokens`, handed out in blocks of `block_size` tokens;
 - continuous batching: up to `max_num_seqs` sequences run together, each decode step
   gives every running sequence one token and lasts `decode_step_seconds`;
-- prefill is not chunked: a step that admits new sequences does only their prefill and
-  lasts (their prompt tokens / `prefill_tokens_per_second`), so a 32K-token prompt stalls
-  the decode of the whole batch for ~2 s;
+- chunked prefill (vLLM's default): each step has a budget of `max_num_batched_tokens`;
+  the running sequences are scheduled first (one token each while decoding, the next
+  chunk of their prompt while prefilling), then waiting ones get what is left, so a long
+  prompt is prefilled a chunk per step beside everyone's decode. A step lasts the decode
+  step (if anyone decodes) plus its prefill tokens / `prefill_tokens_per_second`;
+- unchunked prefill (`chunked_prefill=False`, the brief's case): a step that admits new
+  sequences does only their whole prefill, so a 32K-token prompt stalls the decode of the
+  whole batch for ~2 s;
 - a waiting queue for sequences that find no seat or no KV blocks (head-of-line, FCFS);
 - when a running sequence needs a block and none is free, the newest sequence is
   preempted: its blocks are freed and it is recomputed (prefilled again) later.
 With `scheduling_policy="priority"` the waiting queue is ordered by (priority, arrival)
-and the preemption victim is the lowest-priority (highest value) sequence.
+and the preemption victim is the lowest-priority (highest value) sequence. Under "fcfs"
+a request's priority is accepted and ignored, as vLLM 0.33 does.
 
 Time comes from injected `clock` and `sleep`, scaled by `time_scale`, so tests can run
 the engine on virtual time.
@@ -64,13 +70,15 @@ _VOCABULARY = (
 class EngineConfig:
     kv_cache_tokens: int = 131_072
     block_size: int = 16
-    max_num_seqs: int = 64
+    max_num_seqs: int = 256
     max_model_len: int = 40_960
     prefill_tokens_per_second: float = 16_384.0
     decode_step_seconds: float = 0.025
     output_tokens_min: int = 32
     output_tokens_max: int = 256
     scheduling_policy: str = "fcfs"  # or "priority"
+    chunked_prefill: bool = True
+    max_num_batched_tokens: int = 2048  # tokens one step schedules, with chunked prefill
     time_scale: float = 1.0
     seed: int = 0
 
@@ -81,6 +89,10 @@ class EngineConfig:
 
 class RequestRejected(ValueError):
     """The engine cannot take this request at all (vLLM answers 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(eq=False)
@@ -94,6 +106,9 @@ class Sequence:
     submitted_at: float
     generated: int = 0
     blocks: int = 0
+    # Context tokens still to prefill: the prompt at first, prompt and output after a
+    # preemption (recomputed); 0 while decoding.
+    to_prefill: int = 0
     finish_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
     output: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
@@ -139,19 +154,18 @@ class Engine:
         ignore_eos: bool = False,
     ) -> Sequence:
         limit = self.config.max_model_len - prompt_tokens
-        if limit <= 0 or self._blocks_for(prompt_tokens + 1) > self.config.num_blocks:
+        wanted = max_tokens if max_tokens is not None else 0
+        too_long = limit <= 0 or self._blocks_for(prompt_tokens + 1) > self.config.num_blocks
+        if too_long or wanted > limit:
+            # vLLM 0.33 answers both with one message whose param is input_tokens.
             raise RequestRejected(
                 f"This model's maximum context length is {self.config.max_model_len} tokens. "
-                f"However, you requested {prompt_tokens} tokens in the messages."
-            )
-        if max_tokens is not None and max_tokens > limit:
-            raise RequestRejected(
-                f"max_tokens={max_tokens} is too large: the prompt has {prompt_tokens} tokens "
-                f"and this model's maximum context length is {self.config.max_model_len}."
-            )
-        if priority != 0 and self.config.scheduling_policy != "priority":
-            raise RequestRejected(
-                f"Got priority {priority} but priority scheduling is not enabled."
+                f"However, you requested {wanted} output tokens and your prompt contains at "
+                f"least {prompt_tokens} input tokens, for a total of at least "
+                f"{prompt_tokens + wanted} tokens. Please reduce the length of the input prompt "
+                f"or the number of requested output tokens. "
+                f"(parameter=input_tokens, value={prompt_tokens})",
+                param="input_tokens",
             )
         cap = max_tokens if max_tokens is not None else limit
         natural = self._rng.randint(self.config.output_tokens_min, self.config.output_tokens_max)
@@ -164,6 +178,7 @@ class Engine:
             priority=priority,
             arrival=next(self._arrivals),
             submitted_at=self._clock(),
+            to_prefill=prompt_tokens,
         )
         self.waiting.append(sequence)
         self._wake.set()
@@ -203,12 +218,20 @@ class Engine:
                 await self._wake.wait()
 
     async def step(self) -> bool:
-        """One engine step: a prefill step if anything was admitted, else a decode step."""
+        """One engine step; False when nothing could run."""
+        if self.config.chunked_prefill:
+            return await self._chunked_step()
+        return await self._unchunked_step()
+
+    async def _unchunked_step(self) -> bool:
+        """A prefill step if anything was admitted, else a decode step."""
         admitted = self._admit_waiting()
         if admitted:
             tokens = sum(s.context_tokens for s in admitted)
             await self._wait(tokens / self.config.prefill_tokens_per_second)
             self.prompt_tokens_total += tokens
+            for sequence in admitted:
+                sequence.to_prefill = 0
             self._emit([s for s in admitted if s in self.running])
             return True
         if not self.running:
@@ -216,6 +239,73 @@ class Engine:
         self._reserve_decode_blocks()
         await self._wait(self.config.decode_step_seconds)
         self._emit(list(self.running))
+        return True
+
+    async def _chunked_step(self) -> bool:
+        """Running sequences first (a token each, or their next prompt chunk), then waiting
+        ones while the step's token budget and the seats last."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[Sequence, int]] = []
+        preempted = self.preemptions
+        for sequence in sorted(self.running, key=self._keep_order):
+            if sequence not in self.running:
+                continue  # preempted while making room for an earlier one
+            if budget <= 0:
+                break
+            tokens = min(sequence.to_prefill, budget) if sequence.to_prefill else 1
+            if self._grow(sequence, tokens, preempt=True):
+                scheduled.append((sequence, tokens))
+                budget -= tokens
+        if self.preemptions == preempted:  # vLLM admits nobody in a step that preempted
+            self._order_waiting()
+            while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+                candidate = self.waiting[0]
+                tokens = min(candidate.to_prefill, budget)
+                if not self._grow(candidate, tokens, preempt=False):
+                    break  # head-of-line: vLLM does not skip ahead of the oldest waiter
+                self.waiting.pop(0)
+                self.running.append(candidate)
+                scheduled.append((candidate, tokens))
+                budget -= tokens
+        if not scheduled:
+            return False
+        prefill = sum(tokens for s, tokens in scheduled if s.to_prefill)
+        decoding = any(not s.to_prefill for s, _ in scheduled)
+        await self._wait(
+            (self.config.decode_step_seconds if decoding else 0.0)
+            + prefill / self.config.prefill_tokens_per_second
+        )
+        self.prompt_tokens_total += prefill
+        ready = []
+        for sequence, tokens in scheduled:
+            if sequence not in self.running:
+                continue  # aborted while the step ran
+            if sequence.to_prefill:
+                sequence.to_prefill -= tokens
+                if sequence.to_prefill:
+                    continue  # more chunks to come; no token yet
+            ready.append(sequence)
+        self._emit(ready)
+        return True
+
+    def _grow(self, sequence: Sequence, tokens: int, preempt: bool) -> bool:
+        """Give `sequence` the blocks for `tokens` more tokens (and the token they yield if
+        they end its prefill), preempting others if `preempt`; False if there is no room."""
+        if sequence.to_prefill:  # the chunk, and the first token if the chunk is the last
+            computed = sequence.context_tokens - sequence.to_prefill + tokens
+            target = computed + (1 if tokens == sequence.to_prefill else 0)
+        else:  # decoding: room for the next token, as in _reserve_decode_blocks
+            target = sequence.context_tokens + 1
+        needed = self._blocks_for(target) - sequence.blocks
+        while needed > self.free_blocks:
+            if not preempt:
+                return False
+            victim = max(self.running, key=self._keep_order)
+            self._preempt(victim)
+            if victim is sequence:
+                return False
+        sequence.blocks += max(needed, 0)
+        self.free_blocks -= max(needed, 0)
         return True
 
     async def _wait(self, seconds: float) -> None:
@@ -264,6 +354,7 @@ class Engine:
     def _preempt(self, sequence: Sequence) -> None:
         self.running.remove(sequence)
         self._free(sequence)
+        sequence.to_prefill = sequence.context_tokens
         self.waiting.insert(0, sequence)  # recompute: prefilled again, first in line
         self.preemptions += 1
 

@@ -1,4 +1,9 @@
-"""The mock's /metrics: vLLM's metric names, read from the engine at scrape time."""
+"""The mock's /metrics as vLLM 0.33 exposes them, read from the engine at scrape time.
+
+Every series carries `model_name` and `engine` (one engine here: "0"); the legacy
+`vllm:gpu_cache_usage_perc` and the TPOT histogram are gone in 0.33, as are they here.
+`vllm:cache_config_info` carries the cache configuration as labels (values are strings).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,11 @@ from prometheus_client.registry import Collector
 
 from sidecar.mockvllm.engine import Engine, Sequence
 
+LABELS = ["model_name", "engine"]
+ENGINE_INDEX = "0"
+# vLLM's buckets for the inter-token latency histograms.
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+
 
 class EngineCollector(Collector):
     def __init__(self, engine: Engine, model: str) -> None:
@@ -18,45 +28,30 @@ class EngineCollector(Collector):
         self._model = model
 
     def collect(self) -> Iterator[Metric]:
-        engine, labels = self._engine, ["model_name"]
-        usage = engine.kv_cache_usage
-        yield _gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            labels,
-            self._model,
-            usage,
+        engine = self._engine
+        gauges = (
+            (
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                len(engine.running),
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                len(engine.waiting),
+            ),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                engine.kv_cache_usage,
+            ),
         )
-        yield _gauge(
-            "vllm:gpu_cache_usage_perc",
-            "GPU KV-cache usage (legacy name of vllm:kv_cache_usage_perc).",
-            labels,
-            self._model,
-            usage,
-        )
-        yield _gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            labels,
-            self._model,
-            len(engine.running),
-        )
-        yield _gauge(
-            "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            labels,
-            self._model,
-            len(engine.waiting),
-        )
-        config = GaugeMetricFamily(
-            "vllm:cache_config_info",
-            "Information of the KV cache configuration.",
-            labels=["block_size", "num_gpu_blocks"],
-        )
-        config.add_metric([str(engine.config.block_size), str(engine.config.num_blocks)], 1.0)
-        yield config
-        for name, doc, value in (
-            ("vllm:num_preemptions", "Cumulative number of preemptions.", engine.preemptions),
+        counters = (
+            (
+                "vllm:num_preemptions",
+                "Cumulative number of preemption from the engine.",
+                engine.preemptions,
+            ),
             (
                 "vllm:prompt_tokens",
                 "Number of prefill tokens processed.",
@@ -67,42 +62,69 @@ class EngineCollector(Collector):
                 "Number of generation tokens processed.",
                 engine.generation_tokens_total,
             ),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric([self._model], value)
-            yield counter
+        )
+        for kind, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
+            for name, doc, value in rows:
+                family = kind(name, doc, labels=LABELS)
+                family.add_metric([self._model, ENGINE_INDEX], value)
+                yield family
+        yield self._cache_config()
 
-
-def _gauge(name: str, doc: str, labels: list[str], model: str, value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
-    family.add_metric([model], value)
-    return family
+    def _cache_config(self) -> GaugeMetricFamily:
+        config = self._engine.config
+        info = {
+            "block_size": str(config.block_size),
+            "cache_dtype": "auto",
+            "enable_prefix_caching": "True",
+            "gpu_memory_utilization": "0.92",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(config.num_blocks),
+            "num_gpu_blocks_override": "None",
+            "engine": ENGINE_INDEX,
+        }
+        family = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=list(info),
+        )
+        family.add_metric(list(info.values()), 1.0)
+        return family
 
 
 class LatencyMetrics:
     """Per-request latency histograms, observed when a sequence finishes."""
 
     def __init__(self, registry: CollectorRegistry, model: str) -> None:
-        self._model = model
+        self._labels = (model, ENGINE_INDEX)
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            ["model_name"],
+            LABELS,
             registry=registry,
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0),
+            buckets=(0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0),
         )
-        self.tpot = Histogram(
-            "vllm:time_per_output_token_seconds",
-            "Histogram of time per output token in seconds.",
-            ["model_name"],
+        self.inter_token = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            LABELS,
             registry=registry,
-            buckets=(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
+            buckets=_ITL_BUCKETS,
+        )
+        self.request_tpot = Histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            LABELS,
+            registry=registry,
+            buckets=_ITL_BUCKETS,
         )
 
     def observe(self, sequence: Sequence) -> None:
         times = sequence.token_times
         if not times:
             return
-        self.ttft.labels(self._model).observe(times[0] - sequence.submitted_at)
+        self.ttft.labels(*self._labels).observe(times[0] - sequence.submitted_at)
         for earlier, later in itertools.pairwise(times):
-            self.tpot.labels(self._model).observe(later - earlier)
+            self.inter_token.labels(*self._labels).observe(later - earlier)
+        if len(times) > 1:
+            per_token = (times[-1] - times[0]) / (len(times) - 1)
+            self.request_tpot.labels(*self._labels).observe(per_token)

@@ -64,8 +64,8 @@ class ResponseShaper:
         finish_reason: str | None = None,
         *,
         first: bool = False,
-        with_usage_field: bool = False,
     ) -> bytes:
+        """One SSE chunk; like vLLM 0.33 it has no usage field (that comes last, alone)."""
         if self.endpoint is Endpoint.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
@@ -81,8 +81,6 @@ class ResponseShaper:
                 "stop_reason": None,
             }
             body = self._envelope("text_completion", [choice])
-        if with_usage_field:
-            body["usage"] = None
         return sse(body)
 
     def usage_chunk(self, tokens: dict[str, int]) -> bytes:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -33,13 +34,17 @@ class Settings:
     model: str = setting("mock-llm", "MOCK_VLLM_MODEL", "served model name")
     kv_cache_tokens: int = setting(131_072, None, "KV-cache size in tokens")
     block_size: int = setting(16, None, "tokens per KV block")
-    max_num_seqs: int = setting(64, None, "most sequences decoded together")
+    max_num_seqs: int = setting(256, None, "most sequences decoded together")
     max_model_len: int = setting(40_960, None, "longest context (prompt + output) in tokens")
     prefill_tokens_per_second: float = setting(16_384.0, None, "prefill speed")
     decode_step_ms: float = setting(25.0, None, "one decode step (TPOT of an unstalled batch)")
     output_tokens_min: int = setting(32, None, "shortest natural answer")
     output_tokens_max: int = setting(256, None, "longest natural answer")
     scheduling_policy: str = setting("fcfs", None, "fcfs or priority (lower value runs first)")
+    chunked_prefill: bool = setting(
+        True, None, "prefill long prompts a chunk per step beside the decode (vLLM's default)"
+    )
+    max_num_batched_tokens: int = setting(2048, None, "tokens one step schedules (chunked)")
     time_scale: float = setting(1.0, "MOCK_VLLM_TIME_SCALE", "multiplies every duration")
     seed: int = setting(0, "MOCK_VLLM_SEED", "seed of the answers' lengths and words")
     log_level: str = setting("INFO", "MOCK_VLLM_LOG_LEVEL", "log level")
@@ -57,13 +62,50 @@ class Settings:
             output_tokens_min=self.output_tokens_min,
             output_tokens_max=self.output_tokens_max,
             scheduling_policy=self.scheduling_policy,
+            chunked_prefill=self.chunked_prefill,
+            max_num_batched_tokens=self.max_num_batched_tokens,
             time_scale=self.time_scale,
             seed=self.seed,
         )
 
 
-def _error(status: int, message: str, param: str | None = None) -> web.Response:
-    return web.json_response(error_body(message, status, param=param), status=status)
+# vLLM's default for /v1/completions without max_tokens (chat runs to the context's end).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# Headers vLLM reads from clients that change how a request is scheduled.
+PRIORITY_HEADER = "X-Vllm-Priority"
+SCHEDULING_HEADERS = (PRIORITY_HEADER, "X-data-parallel-rank")
+
+
+def header_priority(headers: Mapping[str, str], body_priority: int) -> int:
+    """The priority vLLM 0.33 schedules by: the X-Vllm-Priority header when it is an
+    integer (any case of the name), else the body's."""
+    raw = headers.get(PRIORITY_HEADER)
+    if raw is not None:
+        with contextlib.suppress(ValueError):
+            return int(raw)
+    return body_priority
+
+
+def _echo(request: web.Request, body: dict, priority: int) -> dict[str, str]:
+    """What the gateway let through, echoed so tests can see what reached the GPU: the
+    x-qos-* headers (and x_qos_* look-alikes), the scheduling headers, the priority used."""
+    seen = {
+        f"x-mock-saw-{name.lower()}": value
+        for name, value in request.headers.items()
+        if name.lower().replace("_", "-").startswith("x-qos-")
+    }
+    for name in SCHEDULING_HEADERS:
+        if name in request.headers:
+            seen[f"x-mock-saw-{name.lower()}"] = request.headers[name]
+    if "priority" in body or PRIORITY_HEADER in request.headers:
+        seen["x-mock-saw-priority"] = str(priority)
+    return seen
+
+
+def _error(
+    status: int, message: str, param: str | None = None, err_type: str = "BadRequestError"
+) -> web.Response:
+    return web.json_response(error_body(message, status, err_type, param), status=status)
 
 
 class MockVllm:
@@ -122,14 +164,23 @@ class MockVllm:
             return _error(400, error.message, error.param)
         body = parsed.body
         if parsed.model not in (None, self.settings.model):
-            return _error(404, f"The model `{parsed.model}` does not exist.", "model")
+            return _error(
+                404, f"The model `{parsed.model}` does not exist.", "model", "NotFoundError"
+            )
         input_key = "messages" if endpoint is Endpoint.CHAT else "prompt"
         if not body.get(input_key):
             return _error(400, f"'{input_key}' is required and must not be empty.", input_key)
+        if body.get("stream_options") is not None and not parsed.stream:
+            return _error(
+                400, "Stream options can only be defined when `stream=True`.", "stream_options"
+            )
         priority = body.get("priority", 0)
         if not isinstance(priority, int):
             return _error(400, "priority must be an integer.", "priority")
+        priority = header_priority(request.headers, priority)
         max_tokens = parsed.max_tokens
+        if max_tokens is None and endpoint is Endpoint.COMPLETIONS:
+            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         if max_tokens is not None and max_tokens < 1:
             return _error(400, "max_tokens must be at least 1.", "max_tokens")
         prompt_tokens = estimate_prompt_tokens(body)
@@ -138,16 +189,9 @@ class MockVllm:
                 prompt_tokens, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
             )
         except RequestRejected as error:
-            return _error(400, str(error))
+            return _error(400, str(error), error.param)
         shaper = ResponseShaper(endpoint, self.settings.model, sequence.request_id)
-        # What the gateway told us, echoed so tests can see what reached the GPU.
-        seen = {
-            f"x-mock-saw-{name.lower()}": value
-            for name, value in request.headers.items()
-            if name.lower().replace("_", "-").startswith("x-qos-")
-        }
-        if "priority" in body:
-            seen["x-mock-saw-priority"] = str(priority)
+        seen = _echo(request, body, priority)
         try:
             if parsed.stream:
                 return await self._stream(request, sequence, shaper, parsed.include_usage, seen)
@@ -185,13 +229,13 @@ class MockVllm:
         first = shaper.endpoint is Endpoint.CHAT
         while (token := await sequence.output.get()) is not None:
             if first:  # like vLLM: the role chunk comes with the first token
-                await response.write(shaper.chunk(None, first=True, with_usage_field=include_usage))
+                await response.write(shaper.chunk(None, first=True))
                 first = False
             # The engine queues a sequence's last token and its end marker together, so
             # the last token is known when only the marker is left behind it.
             last = sequence.finished and sequence.output.qsize() == 1
             finish = sequence.finish_reason if last else None
-            await response.write(shaper.chunk(token, finish, with_usage_field=include_usage))
+            await response.write(shaper.chunk(token, finish))
         if include_usage:
             await response.write(
                 shaper.usage_chunk(usage(sequence.prompt_tokens, sequence.generated))

@@ -24,6 +24,7 @@ class PodLoad:
     running: int
     waiting: int
     age_seconds: float = 0.0  # since Redis received the report
+    scheduling_policy: str = ""  # "priority", "fcfs"; "" when the reporter was not told
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import aggregate
+from sidecar.overload.priority_check import priority_unconfirmed
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.shedding import SheddingState
 
@@ -44,6 +45,8 @@ class LoadMonitor:
         self._interval = interval
         self._clock = clock
         self.state = SheddingState()
+        # Pods that may ignore the priority the sidecar sends, by what they report.
+        self.priority_unconfirmed: dict[str, list[str]] = {}
         self._read_at = clock()
         self._background = Background()
 
@@ -67,6 +70,7 @@ class LoadMonitor:
             self._read_at = self._clock()
         before = dict(self.state.shedding)
         self.state.update(aggregate(pods), config, self._gateway_in_flight())
+        self._check_priority(config.engine.send_priority)
         if self.state.shedding != before:
             log.info(
                 "overload shedding changed",
@@ -78,6 +82,19 @@ class LoadMonitor:
                     "in_flight": self.state.load.in_flight,
                     "pods": len(self.state.load.pods),
                 },
+            )
+
+    def _check_priority(self, send_priority: bool) -> None:
+        unconfirmed = priority_unconfirmed(self.state.load.pods, send_priority)
+        if unconfirmed == self.priority_unconfirmed:
+            return
+        self.priority_unconfirmed = unconfirmed
+        if unconfirmed:
+            log.warning(
+                "engine.send_priority is on, but these pods do not report priority "
+                "scheduling: vLLM under fcfs ignores the tiers' priority. Start vLLM with "
+                "--scheduling-policy priority and its reporter with the same flag.",
+                extra={"pods_by_policy": unconfirmed},
             )
 
     def reevaluate(self) -> None:
@@ -135,6 +152,16 @@ class LoadCollector(Collector):
             usage.add_metric([pod.pod_id], pod.kv_cache_usage)
         yield age
         yield usage
+        unconfirmed = GaugeMetricFamily(
+            "qos_engine_priority_unconfirmed_pods",
+            "With engine.send_priority on: fresh pods not reporting priority scheduling, "
+            "by the policy they report (fcfs ignores the priority; unknown: not said).",
+            labels=["policy"],
+        )
+        pods_by_policy = self._monitor.priority_unconfirmed
+        for policy in ("fcfs", "unknown"):
+            unconfirmed.add_metric([policy], len(pods_by_policy.get(policy, ())))
+        yield unconfirmed
         shedding = GaugeMetricFamily(
             "qos_overload_shedding",
             "1 while an overload rule sheds the tier.",

@@ -60,6 +60,7 @@ class ReportStore:
                     running=report.num_requests_running,
                     waiting=report.num_requests_waiting,
                     age_seconds=(now_ms - received_ms) / 1000,
+                    scheduling_policy=report.scheduling_policy,
                 )
             )
         if dead:

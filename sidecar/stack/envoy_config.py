@@ -12,6 +12,8 @@ import yaml
 
 ENVOY_DIR = Path(__file__).resolve().parents[2] / "envoy"
 LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
+# The HTTP filters QoS adds: the one that drops clients' engine headers, and ext_proc.
+QOS_FILTERS = ("envoy.filters.http.header_mutation", "envoy.filters.http.ext_proc")
 
 
 def envoy_binary() -> str:
@@ -49,13 +51,11 @@ def connection_manager(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def without_qos(config: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `config` as the same Envoy would run with no QoS: no ext_proc filter, no
+    """A copy of `config` as the same Envoy would run with no QoS: no QoS filters, no
     access-log stream to the sidecar."""
     config = copy.deepcopy(config)
     manager = connection_manager(config)
-    manager["http_filters"] = [
-        f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
-    ]
+    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] not in QOS_FILTERS]
     manager.pop("access_log", None)
     for host in manager["route_config"]["virtual_hosts"]:
         host.pop("typed_per_filter_config", None)

@@ -58,6 +58,17 @@ class StackOptions:
         return cls(work_dir=work_dir, **{**ports, **overrides})  # type: ignore[arg-type]
 
     @property
+    def mock_scheduling_policy(self) -> str:
+        """The policy the mocks run (their reporters pass it on, as a pod's would)."""
+        args = list(self.mock_args)
+        for index, arg in enumerate(args):
+            if arg == "--scheduling-policy" and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith("--scheduling-policy="):
+                return arg.split("=", 1)[1]
+        return "fcfs"  # the mock's default, as vLLM's
+
+    @property
     def replica_ports(self) -> tuple[int, ...]:
         return self.mock_ports or tuple(8001 + i for i in range(self.replicas))
 
@@ -219,6 +230,8 @@ class Stack:
                     f"mock-vllm-{index}",
                     "--interval",
                     str(self.options.report_interval),
+                    "--scheduling-policy",
+                    self.options.mock_scheduling_policy,
                 ],
             )
         # Ready when the sidecar sees every pod: until then P2 would be shed as unknown load.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,19 +23,29 @@ __all__ = [
     "scrape",
     "sidecar_config_version",
     "stack_with_tenant",
+    "stack_with_tenants",
     "wait_until",
 ]
 
 
 @contextmanager
+def stack_with_tenants(
+    work_dir: Path, tenants: dict[str, tuple[str, str]], **options: object
+) -> Iterator[Stack]:
+    """A fast local stack (by default two mock GPUs at 20x speed, one Envoy worker) with
+    these tenants, each `name: (tier, api key)`."""
+    defaults: dict[str, object] = {"time_scale": 0.05, "envoy_concurrency": 1}
+    with Stack(StackOptions.on_free_ports(work_dir, **{**defaults, **options})) as stack:
+        for name, (tier, key) in tenants.items():
+            stack.config.tenant(name, tier, key)
+        yield stack
+
+
 def stack_with_tenant(
     work_dir: Path, tenant: str, tier: str, key: str, **options: object
-) -> Iterator[Stack]:
-    """A fast local stack (two mock GPUs at 20x speed) with one tenant and its key."""
-    options = StackOptions.on_free_ports(work_dir, time_scale=0.05, envoy_concurrency=1, **options)
-    with Stack(options) as stack:
-        stack.config.tenant(tenant, tier, key)
-        yield stack
+) -> contextlib.AbstractContextManager[Stack]:
+    """A fast local stack with one tenant and its key."""
+    return stack_with_tenants(work_dir, {tenant: (tier, key)}, **options)
 
 
 def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:

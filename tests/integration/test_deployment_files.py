@@ -63,20 +63,22 @@ def test_kubernetes_envoy_config_validates_and_matches_the_local_one():
 def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
     (envoy_filter,) = documents(DEPLOY / "istio" / "envoyfilter.yaml")
     assert envoy_filter["kind"] == "EnvoyFilter"
-    patches = {p["applyTo"]: p["patch"] for p in envoy_filter["spec"]["configPatches"]}
+    patches = envoy_filter["spec"]["configPatches"]
+    filters = [p["patch"]["value"] for p in patches if p["applyTo"] == "HTTP_FILTER"]
+    (network,) = (p["patch"] for p in patches if p["applyTo"] == "NETWORK_FILTER")
+    # Each is inserted before the router, so they run in the order listed.
+    assert [f["name"] for f in filters] == list(envoy_config.QOS_FILTERS)
     config = envoy_config.load()
     resources = config["static_resources"]
     manager = envoy_config.connection_manager(config)
-    manager["http_filters"] = [f for f in manager["http_filters"] if "ext_proc" not in f["name"]]
-    manager["http_filters"].insert(0, patches["HTTP_FILTER"]["value"])
-    manager["access_log"] = patches["NETWORK_FILTER"]["value"]["typed_config"]["access_log"]
+    kept = [f for f in manager["http_filters"] if f["name"] not in envoy_config.QOS_FILTERS]
+    manager["http_filters"] = filters + kept
+    manager["access_log"] = network["value"]["typed_config"]["access_log"]
     # Istio names the sidecar's cluster after its Service; give the bootstrap one so named.
     mesh_cluster = copy.deepcopy(
         next(c for c in resources["clusters"] if c["name"] == "qos_sidecar")
     )
-    name = patches["HTTP_FILTER"]["value"]["typed_config"]["grpc_service"]["envoy_grpc"][
-        "cluster_name"
-    ]
+    name = filters[-1]["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
     mesh_cluster["name"] = mesh_cluster["load_assignment"]["cluster_name"] = name
     resources["clusters"].append(mesh_cluster)
     result = validate(envoy_config.write(config, tmp_path / "istio.yaml"))

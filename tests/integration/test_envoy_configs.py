@@ -54,10 +54,11 @@ def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
     resources = config["static_resources"]
     manager = envoy_config.connection_manager(config)
     manager["http_filters"] = [
-        f for f in manager["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"
+        snippet["engine_headers_filter"],
+        snippet["http_filter"],
+        *(f for f in manager["http_filters"] if f["name"] not in envoy_config.QOS_FILTERS),
     ]
     resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "qos_sidecar"]
-    manager["http_filters"].insert(0, snippet["http_filter"])
     manager["access_log"] = [snippet["access_log"]]
     resources["clusters"].append(snippet["cluster"])
     result = validate(envoy_config.write(config, tmp_path / "with-snippet.yaml"))

@@ -22,13 +22,20 @@ KEYS = {"p0": "kv-p0", "p1": "kv-p1", "p2": "kv-p2"}
 
 @pytest.fixture(scope="module")
 def kv_stack(tmp_path_factory):
-    """One slow mock GPU (a decode step every 2 s: the KV in use barely grows) and its
-    reporter, the sidecar, Envoy."""
+    """One slow mock GPU (a decode step every 2 s: the KV in use barely grows; prompts are
+    prefilled whole, so a filler takes its blocks at once) and its reporter, the sidecar,
+    Envoy."""
     options = StackOptions.on_free_ports(
         tmp_path_factory.mktemp("kv-stack"),
         replicas=1,
         envoy_concurrency=1,
-        mock_args=("--kv-cache-tokens", str(KV_BLOCKS * BLOCK), "--decode-step-ms", "2000"),
+        mock_args=(
+            "--kv-cache-tokens",
+            str(KV_BLOCKS * BLOCK),
+            "--decode-step-ms",
+            "2000",
+            "--no-chunked-prefill",
+        ),
     )
     with Stack(options) as stack:
         config = stack.config

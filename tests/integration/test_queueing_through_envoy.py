@@ -10,8 +10,7 @@ import random
 import aiohttp
 import pytest
 
-from sidecar.stack.stack import Stack, StackOptions
-from tests.integration.helpers import ext_proc_messages, scrape, wait_until
+from tests.integration.helpers import ext_proc_messages, scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -21,16 +20,12 @@ KEYS = {"p0": "q-p0", "p1": "q-p1", "p2": "q-p2"}
 @pytest.fixture(scope="module")
 def queue_stack(tmp_path_factory):
     """Two fast mock GPUs with priority scheduling, reporters, the sidecar, Envoy."""
-    options = StackOptions.on_free_ports(
+    with stack_with_tenants(
         tmp_path_factory.mktemp("queue-stack"),
+        {f"queue-{tier}": (tier, key) for tier, key in KEYS.items()},
         time_scale=0.02,
-        envoy_concurrency=1,
         mock_args=("--scheduling-policy", "priority"),
-    )
-    with Stack(options) as stack:
-        config = stack.config
-        for tier, key in KEYS.items():
-            config.tenant(f"queue-{tier}", tier, key)
+    ) as stack:
         yield stack
 
 

@@ -57,9 +57,13 @@ LONG_PROMPT = "x" * 4 * 4000  # 4000 tokens: a quarter second of prefill each
 
 @pytest.fixture(scope="module")
 def slo_stack(tmp_path_factory):
-    """One mock GPU in real time (FCFS: P0 waits behind every P2 prefill in line)."""
+    """One mock GPU in real time, prefilling whole prompts (the brief's stall; FCFS: P0
+    waits behind every P2 prefill in line)."""
     options = StackOptions.on_free_ports(
-        tmp_path_factory.mktemp("slo-stack"), replicas=1, envoy_concurrency=1
+        tmp_path_factory.mktemp("slo-stack"),
+        replicas=1,
+        envoy_concurrency=1,
+        mock_args=("--no-chunked-prefill",),
     )
     with Stack(options) as stack:
         config = stack.config

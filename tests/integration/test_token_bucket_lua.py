@@ -67,8 +67,10 @@ async def test_all_or_nothing_across_tier_and_tenant(aredis):
     assert 0.45 <= verdict.retry_after <= 0.5
     assert await tokens(aredis, TIER.key) == 400  # the tier bucket was not charged
     assert (await buckets.acquire(40, [TIER, TENANT])).allowed
-    assert await tokens(aredis, TIER.key) == pytest.approx(360, abs=2)
-    assert await tokens(aredis, TENANT.key) == pytest.approx(10, abs=1)
+    # 40 taken from each; what refilled meanwhile depends on how slow this machine was.
+    elapsed = (await server_ms(aredis) - now) / 1000
+    assert 360 <= await tokens(aredis, TIER.key) <= 360 + TIER.rate * elapsed
+    assert 10 <= await tokens(aredis, TENANT.key) <= 10 + TENANT.rate * elapsed
 
 
 async def test_the_longest_wait_names_the_refusing_bucket(aredis):

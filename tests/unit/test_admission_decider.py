@@ -79,8 +79,15 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
     decision = await decider(limiter).decide(chat(extra_headers=spoof))
     assert isinstance(decision, Admit)
     assert decision.set_headers == {"x-qos-tier": "p2", "x-qos-tenant": "bulk"}
-    # The spoofed one, and the sidecar's own that the access log reads, whether sent or not.
-    assert decision.remove_headers == ("x-qos-priority", "x-qos-slot", "x-qos-queue-wait-ms")
+    # The spoofed one, the sidecar's own that the access log reads and the ones vLLM
+    # schedules by, whether sent or not.
+    assert decision.remove_headers == (
+        "x-qos-priority",
+        "x-qos-slot",
+        "x-qos-queue-wait-ms",
+        "x-vllm-priority",
+        "x-data-parallel-rank",
+    )
     assert decision.replace_body is None
     cost, buckets = limiter.calls[0]
     assert cost == 100 + 4  # 400 characters and one message
@@ -290,15 +297,39 @@ async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_
 @pytest.mark.asyncio
 async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
-    decision = await decider.decide(chat("k-p2", priority=-100))
+    spoof = {"x-vllm-priority": "-100", "x-data-parallel-rank": "1", "x-vllm-future": "1"}
+    decision = await decider.decide(chat("k-p2", extra_headers=spoof, priority=-100))
     assert json.loads(decision.replace_body)["priority"] == 2
+    # The header vLLM reads before the body carries the tier's value, not the client's.
+    assert decision.set_headers["x-vllm-priority"] == "2"
+    assert "x-vllm-priority" not in decision.remove_headers
+    assert {"x-data-parallel-rank", "x-vllm-future"} <= set(decision.remove_headers)
     p0 = await decider.decide(chat("k-p0"))
     assert json.loads(p0.replace_body)["priority"] == 0
+    assert p0.set_headers["x-vllm-priority"] == "0"
     off, _ = queued_decider(FakeLimiter(), max_concurrency=5)
-    stripped = await off.decide(chat("k-p2", priority=-100))
+    stripped = await off.decide(chat("k-p2", extra_headers=spoof, priority=-100))
     assert "priority" not in json.loads(stripped.replace_body)
+    assert "x-vllm-priority" not in stripped.set_headers
+    assert set(spoof) <= set(stripped.remove_headers)
     untouched = await off.decide(chat("k-p2"))
     assert untouched.replace_body is None
+    assert {"x-vllm-priority", "x-data-parallel-rank"} <= set(untouched.remove_headers)
+
+
+@pytest.mark.asyncio
+async def test_engine_headers_are_stripped_on_every_admitted_path():
+    spoof = {"x-vllm-priority": "-100", "x-data-parallel-rank": "0"}
+    models = RequestView("GET", "/v1/models", {"authorization": "Bearer k-p2", **spoof}, None)
+    passed = await decider(FakeLimiter()).decide(models)
+    assert isinstance(passed, Admit)
+    assert set(spoof) <= set(passed.remove_headers)
+    shadow = decider_with(
+        FakeLimiter(), Shedding(p2=Reason.SHED_KV_WATERMARK), OperatorMode(mode=Mode.SHADOW)
+    )
+    untouched = await shadow.decide(chat("k-p2", extra_headers=spoof))
+    assert untouched.reason == "shadow_shed_kv_watermark"
+    assert set(spoof) <= set(untouched.remove_headers)
 
 
 @pytest.mark.asyncio

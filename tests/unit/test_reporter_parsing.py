@@ -1,8 +1,55 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sidecar.reporter import MetricsUnreadable, Settings, parse_vllm_metrics
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_vllm_033_with_two_data_parallel_engines():
+    report = parse_vllm_metrics(fixture("vllm-0.33-dp2.prom"), "pod-dp", "priority")
+    # Usage averaged over the engines, requests summed, the pod's blocks counted once
+    # (each engine's cache_config_info repeats the pod's sum: 2 x 27136).
+    assert report.kv_cache_usage == pytest.approx(0.30)
+    assert (report.num_requests_running, report.num_requests_waiting) == (20, 4)
+    assert report.kv_blocks_total == 54_272
+    assert report.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert report.scheduling_policy == "priority"
+
+
+def test_vllm_06_legacy_names():
+    report = parse_vllm_metrics(fixture("vllm-0.6-legacy.prom"), "pod-old")
+    assert report.kv_cache_usage == pytest.approx(0.8731)
+    assert (report.num_requests_running, report.num_requests_waiting) == (24, 6)
+    assert report.kv_blocks_total == 27_987
+    assert report.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert report.scheduling_policy == ""  # unknown unless the operator says
+
+
+def test_a_vllm_without_stats_is_named_as_the_likely_cause():
+    # vLLM started with --disable-log-stats: its /metrics has no vllm: series at all.
+    text = "# TYPE python_gc_objects_collected_total counter\npython_gc_objects_collected_total 9\n"
+    with pytest.raises(MetricsUnreadable, match="--disable-log-stats"):
+        parse_vllm_metrics(text, "p")
+
+
+def test_blocks_not_yet_known_count_as_unknown():
+    text = fixture("vllm-0.33-dp2.prom").replace('num_gpu_blocks="54272"', 'num_gpu_blocks="None"')
+    assert parse_vllm_metrics(text, "p").kv_blocks_total == 0
+
+
+def test_the_scheduling_policy_setting_takes_only_what_vllm_knows():
+    assert Settings(scheduling_policy="fcfs").scheduling_policy == "fcfs"
+    with pytest.raises(SystemExit, match="fcfs, priority"):
+        Settings(scheduling_policy="lottery")
+
 
 V1 = """\
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -44,8 +91,10 @@ def test_the_new_name_wins_when_both_are_there():
 
 
 def test_text_without_kv_metrics_is_refused():
-    with pytest.raises(MetricsUnreadable):
-        parse_vllm_metrics("# TYPE up gauge\nup 1\n", "p")
+    with pytest.raises(MetricsUnreadable, match="kv_cache_usage_perc"):
+        parse_vllm_metrics(
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n", "p"
+        )
 
 
 def test_pod_id_defaults_to_host_and_port():

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LoadReport(_message.Message):
-    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms")
+    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms", "scheduling_policy")
     POD_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -13,6 +13,7 @@ class LoadReport(_message.Message):
     NUM_REQUESTS_RUNNING_FIELD_NUMBER: _ClassVar[int]
     NUM_REQUESTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULING_POLICY_FIELD_NUMBER: _ClassVar[int]
     pod_id: str
     model: str
     kv_cache_usage: float
@@ -20,7 +21,8 @@ class LoadReport(_message.Message):
     num_requests_running: int
     num_requests_waiting: int
     observed_unix_ms: int
-    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ...) -> None: ...
+    scheduling_policy: str
+    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("ttl_ms",)
