@@ -65,7 +65,12 @@ async def test_sigterm_drains_an_open_stream_and_refuses_new_ones(sidecar):
 
         process.send_signal(signal.SIGTERM)
         await wait_until(lambda: not readiness.http_ok(f"{admin}/readyz"), what="draining")
-        assert await refused_stream(stub) == grpc.StatusCode.UNAVAILABLE
+        # Refused: UNAVAILABLE, or CANCELLED when the server had taken the call in before
+        # its stop and cancels it unserved (seen in a full run on a busy machine).
+        assert await refused_stream(stub) in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.CANCELLED,
+        )
 
         # The stream that was open when the signal came still gets its answers.
         await stream.write(request_body(BODY))
