@@ -25,8 +25,8 @@ class SidecarMetrics:
         self.registry = CollectorRegistry()
         self.decisions = Counter(
             "qos_decisions",
-            "Admission decisions, by tier, outcome and reason.",
-            ["tier", "outcome", "reason"],
+            "Admission decisions, by tier, outcome, reason and model pool.",
+            ["tier", "outcome", "reason", "pool"],
             registry=self.registry,
         )
         self.decision_seconds = Histogram(
@@ -74,18 +74,18 @@ class SidecarMetrics:
 
 
 class BucketLevelCollector(Collector):
-    """Tokens left in each tier's bucket, as this sidecar last saw them (Redis holds the
-    truth; it changes with every decision anywhere in the cluster)."""
+    """Tokens left in each pool's tier buckets, as this sidecar last saw them (Redis holds
+    the truth; it changes with every decision anywhere in the cluster)."""
 
-    def __init__(self, levels: Mapping[Tier, float]) -> None:
+    def __init__(self, levels: Mapping[tuple[str, Tier], float]) -> None:
         self._levels = levels
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "qos_bucket_tokens",
-            "Tokens left in the tier's bucket at this sidecar's last call.",
-            labels=["tier"],
+            "Tokens left in the tier's bucket of the pool at this sidecar's last call.",
+            labels=["pool", "tier"],
         )
-        for tier, level in sorted(self._levels.items()):
-            family.add_metric([tier.value], level)
+        for (pool, tier), level in sorted(self._levels.items()):
+            family.add_metric([pool, tier.value], level)
         yield family

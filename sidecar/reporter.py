@@ -38,6 +38,18 @@ class Settings:
     sidecar: str = setting("127.0.0.1:50051", "QOS_SIDECAR_ADDRESS", "sidecar gRPC address")
     pod_id: str = setting("", "POD_NAME", "this pod's id (default: host name and vLLM port)")
     interval: float = setting(0.2, "QOS_REPORT_INTERVAL", "seconds between reports")
+    pool: str = setting(
+        "",
+        "QOS_POOL",
+        "the model pool this pod serves (default: the pool whose models include the "
+        "model_name vLLM's metrics carry)",
+    )
+    capacity_tokens_per_second: float = setting(
+        0.0,
+        "QOS_CAPACITY_TOKENS_PER_SECOND",
+        "input tokens a second this pod prefills (its pool's budgets follow the sum over "
+        "fresh pods); 0: not said, the pool's configured capacity holds",
+    )
     scheduling_policy: str = setting(
         "",
         "QOS_VLLM_SCHEDULING_POLICY",
@@ -51,6 +63,8 @@ class Settings:
             raise SystemExit(
                 f"--scheduling-policy {self.scheduling_policy!r}: fcfs, priority or empty"
             )
+        if self.capacity_tokens_per_second < 0:
+            raise SystemExit("--capacity-tokens-per-second must not be negative")
 
     def resolved_pod_id(self) -> str:
         if self.pod_id:
@@ -147,6 +161,8 @@ class Reporter:
                 response.raise_for_status()
                 text = await response.text()
             report = parse_vllm_metrics(text, self.pod_id, self.settings.scheduling_policy)
+            report.pool = self.settings.pool
+            report.capacity_tokens_per_second = self.settings.capacity_tokens_per_second
         except (aiohttp.ClientError, TimeoutError, MetricsUnreadable) as error:
             self._trouble("vllm", f"cannot read {self.settings.vllm_url}/metrics: {error}")
             return

@@ -92,7 +92,7 @@ class SidecarServer:
             PeerRegistry(self.redis, sidecar_id),
         )
         self.monitor = LoadMonitor(
-            reports, self._snapshot, gateway_in_flight=lambda: self.queue.cluster_in_flight
+            reports, self._snapshot, gateway_in_flight=self.queue.cluster_in_flight_in
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
@@ -132,11 +132,13 @@ class SidecarServer:
                 LATENCY,
                 end.seconds_total,
                 failed=end.status >= 500 or how != "completed",
+                pool=self._snapshot().pools.get(slot.pool),
             )
 
     def _first_byte(self, admitted: Admit, seconds: float) -> None:
         if admitted.tier:
-            self.samples.record(Tier(admitted.tier), TTFT, seconds)
+            pool = self._snapshot().pools.get(admitted.pool)
+            self.samples.record(Tier(admitted.tier), TTFT, seconds, pool=pool)
 
     def _stream_ended(self, slot: str) -> None:
         # The access log normally gives the slot back, with the exchange's outcome and

@@ -23,6 +23,7 @@ import redis.asyncio as redis
 from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
 from sidecar.completion.access_log import LOGGED_HEADERS
+from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
@@ -53,6 +54,9 @@ from sidecar.queueing.queue import AdmissionQueue, QueueFull
 log = logging.getLogger(__name__)
 
 INTERNAL_PREFIX = "x-qos-"
+# Envoy routes on it to the cluster named after the pool (route cluster_header); set by
+# the sidecar only, for every pool but the default one, whose cluster is Envoy's fallback.
+POOL_HEADER = "x-qos-pool"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class _Request:
     completion: CompletionRequest
     shape: ResponseShape
     body: dict[str, Any] | None  # the body to forward instead, when it changed
+    pool: Pool  # the pool serving the request's model
 
     @property
     def tier(self) -> Tier:
@@ -72,11 +77,12 @@ class _Request:
 
     @property
     def tier_config(self) -> TierConfig:
-        return self.snapshot.config.tiers[self.tier]
+        return self.pool.tiers[self.tier]
 
     def refuse(self, reason: Reason, message: str = "") -> Respond:
         refusal = Refusal(reason, message or f"Tier {self.tier.value} is shed: {reason.value}.")
-        return respond(refusal, self.shape, self.tier_config, self.tier.value)
+        answer = respond(refusal, self.shape, self.tier_config, self.tier.value)
+        return dataclasses.replace(answer, pool=self.pool.name)
 
 
 class AdmissionDecider:
@@ -103,8 +109,8 @@ class AdmissionDecider:
         self._budget_waiting: dict[str, float] = {}
         self._watch_budget = LocalTokenBuckets(clock)
         self._sample = sample
-        # Tokens left in each tier's bucket after this sidecar's last call, for /metrics.
-        self.bucket_levels: dict[Tier, float] = {}
+        # Tokens left in each pool's tier bucket after this sidecar's last call, /metrics.
+        self.bucket_levels: dict[tuple[str, Tier], float] = {}
 
     def watch_response(self) -> bool:
         """A sample of exchanges (slo.ttft_sample_rate, at most slo.ttft_samples_per_second)
@@ -123,13 +129,17 @@ class AdmissionDecider:
         if isinstance(decision, Respond) and snapshot.mode.mode is Mode.SHADOW:
             # Shadow: the decision is made and counted, the request goes through untouched.
             tier = Tier(decision.tier) if decision.tier else snapshot.config.identity.default_tier
-            return _tagged(request, tier.value, "shadow", None, f"shadow_{decision.reason}")
+            routed = decision.pool and decision.pool != DEFAULT_POOL
+            route = {POOL_HEADER: decision.pool} if routed else {}
+            admit = _tagged(request, tier.value, "shadow", None, f"shadow_{decision.reason}", route)
+            return dataclasses.replace(admit, pool=decision.pool, reroute=bool(routed))
         return decision
 
     async def _decide(self, request: RequestView, snapshot: Snapshot) -> Decision:
         shape: ResponseShape | None = None
         tier_config: TierConfig | None = None
         identity: Identity | None = None
+        pool: Pool | None = None
         try:
             identity = await self._resolve(request, snapshot)
             tier_config = snapshot.config.tiers[identity.tier]
@@ -140,13 +150,16 @@ class AdmissionDecider:
             shape = ResponseShape(
                 endpoint, completion.stream, completion.include_usage, completion.model
             )
+            pool = _pool(snapshot, completion.model)
+            tier_config = pool.tiers[identity.tier]
             prompt_tokens = self._count_prompt(completion.body)
             guarded = apply_guards(completion, tier_config, identity.tier.value, prompt_tokens)
-            admission = _Request(request, snapshot, identity, completion, shape, guarded)
+            admission = _Request(request, snapshot, identity, completion, shape, guarded, pool)
             return await self._admit_completion(admission, prompt_tokens)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
-            return respond(refusal, shape, tier_config, tier_name)
+            answer = respond(refusal, shape, tier_config, tier_name)
+            return dataclasses.replace(answer, pool=pool.name) if pool else answer
 
     async def _resolve(self, request: RequestView, snapshot: Snapshot) -> Identity:
         try:
@@ -158,14 +171,16 @@ class AdmissionDecider:
             ) from None
 
     async def _admit_completion(self, request: _Request, prompt_tokens: int) -> Decision:
-        overload = overload_refusal(request.tier, request.snapshot, self._shedding())
+        pool_state = self._shedding().for_pool(request.pool.name)
+        overload = overload_refusal(request.tier, request.snapshot, pool_state)
         if overload is not None:  # decided without Redis
             return request.refuse(overload)
         cost = prompt_tokens * request.tier_config.weight
-        buckets = _buckets(request.snapshot, request.identity)
+        capacity = pool_state.capacity(request.pool)  # follows the pods that say theirs
+        buckets = _buckets(request.snapshot, request.identity, request.pool, capacity)
         try:
             verdict = await self._limiter.acquire(cost, buckets)
-            self.bucket_levels[request.tier] = verdict.remaining
+            self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
             # Budgets are shared through Redis; without it, admit rather than refuse all.
@@ -219,9 +234,12 @@ class AdmissionDecider:
 
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
         if self._queue is None:
-            return _admit(request.view, request.identity, _engine(request), reason)
+            engine = _engine(request)
+            return _admit(request.view, request.identity, engine, reason, pool=request.pool)
         stream = request.completion.stream
-        slot = self._queue.try_take(request.tier, request.identity.tenant_label, stream)
+        slot = self._queue.try_take(
+            request.tier, request.identity.tenant_label, stream, request.pool
+        )
         if slot is not None:
             return self._admit_with_slot(request, reason, slot.id, 0.0)
         max_wait = request.tier_config.max_queue_wait_seconds
@@ -237,7 +255,11 @@ class AdmissionDecider:
         assert self._queue is not None
         try:
             slot = await self._queue.wait(
-                request.tier, request.identity.tenant_label, max_wait, request.completion.stream
+                request.tier,
+                request.identity.tenant_label,
+                max_wait,
+                request.completion.stream,
+                request.pool,
             )
         except QueueFull:
             return request.refuse(Reason.SHED_QUEUE_FULL)
@@ -246,42 +268,61 @@ class AdmissionDecider:
         return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
-        admit = _admit(request.view, request.identity, _engine(request), reason, slot, waited)
+        admit = _admit(
+            request.view, request.identity, _engine(request), reason, slot, waited, request.pool
+        )
         if request.completion.stream and request.view.response_watched:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit
 
 
-def _buckets(snapshot: Snapshot, identity: Identity) -> list[BucketSpec]:
+def _buckets(
+    snapshot: Snapshot, identity: Identity, pool: Pool, capacity: float
+) -> list[BucketSpec]:
     tier = identity.tier
-    config = snapshot.config
-    rate = snapshot.tier_rate(tier)
+    rate = snapshot.share(tier, pool) * capacity
     buckets = [
-        BucketSpec(tier_bucket_key(tier.value), rate, rate * config.tiers[tier].burst_seconds)
+        BucketSpec(
+            tier_bucket_key(tier.value, pool.name), rate, rate * pool.tiers[tier].burst_seconds
+        )
     ]
     tenant = snapshot.tenants.get(identity.tenant or "")
-    if tenant is not None and tenant.rate_tokens_per_second is not None:
-        tenant_rate = tenant.rate_tokens_per_second
-        buckets.append(
-            BucketSpec(
-                tenant_bucket_key(tier.value, identity.tenant_label),
-                tenant_rate,
-                tenant_rate * tenant.burst_seconds,
-            )
-        )
+    if tenant is not None:
+        tenant_rate, kept_for = tenant.rate_in(pool.name)
+        if tenant_rate is not None:
+            key = tenant_bucket_key(tier.value, identity.tenant_label, kept_for)
+            buckets.append(BucketSpec(key, tenant_rate, tenant_rate * tenant.burst_seconds))
     return buckets
 
 
+def _pool(snapshot: Snapshot, model: str | None) -> Pool:
+    """The pool serving `model`; a model no pool serves is answered as vLLM answers it."""
+    pool = snapshot.pools.for_model(model)
+    if pool is None:
+        raise Refusal(
+            Reason.MODEL_NOT_FOUND,
+            f"The model `{model}` does not exist."
+            if model
+            else "This gateway serves several models: name one in `model`.",
+            param="model",
+        )
+    return pool
+
+
 def _engine(request: _Request) -> EngineFields:
-    """The body and headers vLLM schedules by: the tier's priority, never the client's."""
+    """The body and headers vLLM schedules by (the tier's priority, never the client's),
+    and with pools configured the pool Envoy routes the request to."""
     changed = request.body is not None
-    return engine_fields(
+    fields = engine_fields(
         request.body if changed else request.completion.body,
         changed,
         request.snapshot.config.engine.send_priority,
         request.tier_config.vllm_priority,
     )
+    if request.pool.name != DEFAULT_POOL:
+        fields.headers[POOL_HEADER] = request.pool.name
+    return fields
 
 
 def _admit(
@@ -291,13 +332,20 @@ def _admit(
     reason: str = "admitted",
     slot: str = "",
     waited: float | None = None,
+    pool: Pool | None = None,
 ) -> Admit:
     extra = dict(engine.headers) if engine else {}
     if slot:
         extra |= {"x-qos-slot": slot, "x-qos-queue-wait-ms": f"{(waited or 0.0) * 1000:.0f}"}
     body = engine.body if engine else None
     admit = _tagged(request, identity.tier.value, identity.tenant_label, body, reason, extra)
-    return dataclasses.replace(admit, slot=slot, queue_wait=waited if slot else None)
+    return dataclasses.replace(
+        admit,
+        slot=slot,
+        queue_wait=waited if slot else None,
+        reroute=POOL_HEADER in extra,
+        pool=pool.name if pool else "",
+    )
 
 
 def _tagged(

@@ -33,6 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="rate_tokens_per_second",
         help="the tenant's own budget inside its tier, tokens a second",
     )
+    add.add_argument(
+        "--pool-rate",
+        action="append",
+        default=[],
+        metavar="POOL=N",
+        help="a budget of the tenant's own in one model pool, tokens a second, instead of "
+        "its --rate there (repeat for more pools)",
+    )
     add.add_argument("--burst-seconds", type=float, default=0.5)
     add.set_defaults(run=lambda args: run_with_store(args, _add))
     listing = actions.add_parser("list", help="list tenants")
@@ -51,6 +59,7 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
         tenant = Tenant(
             tier=args.tier,
             rate_tokens_per_second=args.rate_tokens_per_second,
+            pool_rates=_pool_rates(args.pool_rate),
             burst_seconds=args.burst_seconds,
         )
     except ValidationError as error:
@@ -64,16 +73,27 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
         print(made)
 
 
+def _pool_rates(pairs: list[str]) -> dict[str, str]:
+    rates = {}
+    for pair in pairs:
+        pool, equals, rate = pair.partition("=")
+        if not equals or not pool or not rate:
+            raise CommandError(f"--pool-rate {pair!r}: POOL=N, e.g. chat=300")
+        rates[pool] = rate
+    return rates
+
+
 async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
     snapshot = await store.load()
-    print(f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'KEYS':>5}")
+    print(f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'KEYS':>5}  POOL RATES")
     for name in sorted(snapshot.tenants):
         tenant = snapshot.tenants[name]
         rate = (
             "-" if tenant.rate_tokens_per_second is None else f"{tenant.rate_tokens_per_second:g}"
         )
         keys = await store.key_count(name)
-        print(f"{name:<24} {tenant.tier.value:<5} {rate:>16} {keys:>5}")
+        pools = " ".join(f"{pool}={value:g}" for pool, value in sorted(tenant.pool_rates.items()))
+        print(f"{name:<24} {tenant.tier.value:<5} {rate:>16} {keys:>5}  {pools}".rstrip())
 
 
 async def _remove(store: ConfigStore, args: argparse.Namespace) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "FallbackKind",
     "Mode",
     "OperatorMode",
+    "PoolConfig",
     "QosConfig",
     "Tenant",
     "Tier",
@@ -271,6 +272,26 @@ class ControllerConfig(_Strict):
         return self
 
 
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+
+
+class PoolConfig(_Strict):
+    """One pool of GPUs behind the gateway (see sidecar/config/pools.py). What it leaves
+    out is the top-level value."""
+
+    # The `model` names of requests this pool serves; aliases are just more names.
+    models: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    # In-flight requests the pool takes at most (default: fleet.max_concurrency).
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    # Input tokens a second its GPUs prefill (default: fleet.capacity_tokens_per_second);
+    # the sum its fresh pods report, when they report one, overrides it.
+    capacity_tokens_per_second: Positive | None = None
+    # Per tier, settings of tiers.pN to change for this pool: share, shed_below_free_kv...
+    tiers: dict[Tier, dict[str, Any]] = {}
+    # Per tier, SLO targets (slo.targets.pN keys) to change for this pool.
+    slo_targets: dict[Tier, dict[str, Any]] = {}
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
@@ -280,17 +301,19 @@ class QosConfig(_Strict):
     engine: EngineConfig = EngineConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
+    # Model pools behind the one gateway; none: one pool, "default", serves every model.
+    pools: dict[PoolName, PoolConfig] = {}
 
     @model_validator(mode="after")
     def _shares_within_bounds(self) -> QosConfig:
-        for tier in Tier:
-            share = self.tiers[tier].share
-            floor, ceiling = self.controller.floors[tier], self.controller.ceilings[tier]
-            if not floor <= share <= ceiling:
-                raise ValueError(
-                    f"tiers.{tier.value}.share {share:g} is outside the controller's bounds "
-                    f"[{floor:g}, {ceiling:g}] (controller.floors / controller.ceilings)"
-                )
+        shares_within_bounds(self.tiers, self.controller, "tiers")
+        return self
+
+    @model_validator(mode="after")
+    def _pools_resolve(self) -> QosConfig:
+        from sidecar.config.pools import resolve  # pools build on this schema
+
+        resolve(self)  # raises, naming the pool and key at fault
         return self
 
     @classmethod
@@ -305,11 +328,33 @@ class QosConfig(_Strict):
         return self.tiers[tier].share * self.fleet.capacity_tokens_per_second
 
 
+def shares_within_bounds(tiers: TiersConfig, controller: ControllerConfig, where: str) -> None:
+    """Each tier's share lies within the controller's floor and ceiling for it."""
+    for tier in Tier:
+        share = tiers[tier].share
+        floor, ceiling = controller.floors[tier], controller.ceilings[tier]
+        if not floor <= share <= ceiling:
+            raise ValueError(
+                f"{where}.{tier.value}.share {share:g} is outside the controller's bounds "
+                f"[{floor:g}, {ceiling:g}] (controller.floors / controller.ceilings)"
+            )
+
+
 class Tenant(_Strict):
     tier: Tier
-    # An optional budget of the tenant's own, inside its tier's: tokens a second.
+    # An optional budget of the tenant's own, inside its tier's: tokens a second, shared
+    # by every pool the tenant uses...
     rate_tokens_per_second: Positive | None = None
+    # ...except the pools named here, where the tenant has a budget of its own instead.
+    pool_rates: dict[PoolName, Positive] = {}
     burst_seconds: Positive = 0.5
+
+    def rate_in(self, pool: str) -> tuple[float | None, str | None]:
+        """The tenant's rate in `pool` and the pool its bucket is kept for (None: the
+        bucket shared across pools); (None, None) when it has no rate there."""
+        if pool in self.pool_rates:
+            return self.pool_rates[pool], pool
+        return self.rate_tokens_per_second, None
 
 
 def describe(error: ValidationError) -> str:

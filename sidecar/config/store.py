@@ -7,8 +7,8 @@ so a missed message is caught within the poll interval.
 
     qos:{qos-config}:doc             the QosConfig document, JSON
     qos:{qos-config}:mode            the OperatorMode, JSON
-    qos:{qos-config}:shares          tier shares set by the SLO controller, JSON (none: the
-                                     document's own)
+    qos:{qos-config}:shares          tier shares set by the SLO controller per pool, JSON
+                                     {pool: {tier: share}} (none: the document's own)
     qos:{qos-config}:adjustments     the controller's last adjustments, newest first, JSON
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
@@ -27,6 +27,8 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
+from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import OperatorMode, QosConfig, Tenant, Tier
 
 _PREFIX = "qos:{qos-config}"
@@ -59,14 +61,28 @@ class Snapshot:
     config: QosConfig = field(default_factory=QosConfig)
     tenants: dict[str, Tenant] = field(default_factory=dict)
     mode: OperatorMode = field(default_factory=OperatorMode)
-    shares: dict[Tier, float] | None = None  # the SLO controller's, when it has moved any
+    # The SLO controller's shares per pool, for the pools where it has moved any.
+    shares: dict[str, dict[Tier, float]] | None = None
+    pools: Pools = field(init=False, repr=False, compare=False)
 
-    def share(self, tier: Tier) -> float:
-        return self.shares[tier] if self.shares else self.config.tiers[tier].share
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools", resolve_pools(self.config))  # once per version
 
-    def tier_rate(self, tier: Tier) -> float:
-        """The tier's bucket refill rate in tokens a second, as the controller has it."""
-        return self.share(tier) * self.config.fleet.capacity_tokens_per_second
+    @property
+    def default_pool(self) -> Pool:
+        """The pool of an unpooled configuration (and the catch-all of a pooled one)."""
+        return self.pools.get(DEFAULT_POOL) or next(iter(self.pools))
+
+    def share(self, tier: Tier, pool: Pool | None = None) -> float:
+        pool = pool or self.default_pool
+        moved = (self.shares or {}).get(pool.name)
+        return moved[tier] if moved else pool.tiers[tier].share
+
+    def tier_rate(self, tier: Tier, pool: Pool | None = None) -> float:
+        """The tier's bucket refill rate in tokens a second, as the controller has it, at
+        the pool's configured capacity."""
+        pool = pool or self.default_pool
+        return self.share(tier, pool) * pool.capacity_tokens_per_second
 
 
 class ConfigStore:
@@ -87,7 +103,7 @@ class ConfigStore:
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
             }
             operator_mode = OperatorMode.model_validate_json(mode) if mode else OperatorMode()
-            moved = {Tier(t): float(v) for t, v in json.loads(shares).items()} if shares else None
+            moved = _pool_shares(json.loads(shares)) if shares else None
         except (ValueError, KeyError) as error:
             raise ConfigInvalid(f"the configuration in Redis is invalid: {error}") from error
         return Snapshot(int(version or 0), config, parsed, operator_mode, moved)
@@ -101,13 +117,22 @@ class ConfigStore:
 
         return await self._change(change)
 
-    async def save_shares(self, shares: dict[Tier, float], reason: str) -> int:
-        """The SLO controller's new shares, and a line of history saying why."""
+    async def save_shares(
+        self, shares: dict[Tier, float], reason: str, pool: str = DEFAULT_POOL
+    ) -> int:
+        """The SLO controller's new shares for one pool, and a line of history saying why.
+        Stored as {pool: {tier: share}}; the other pools' shares are kept."""
         document = {tier.value: round(share, 6) for tier, share in shares.items()}
-        entry = json.dumps({"at": time.time(), "reason": reason, "shares": document})
+        entry = json.dumps({"at": time.time(), "reason": reason, "shares": document, "pool": pool})
+        current = await self._redis.get(SHARES_KEY)
+        every_pool = {
+            name: {tier.value: value for tier, value in moved.items()}
+            for name, moved in (_pool_shares(json.loads(current)) if current else {}).items()
+        }
+        every_pool[pool] = document
 
         def change(pipe: Any) -> None:
-            pipe.set(SHARES_KEY, json.dumps(document))
+            pipe.set(SHARES_KEY, json.dumps(every_pool))
             pipe.lpush(ADJUSTMENTS_KEY, entry)
             pipe.ltrim(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
 
@@ -165,6 +190,17 @@ class ConfigStore:
         version = int(results[-1])
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return version
+
+
+def _pool_shares(document: dict[str, Any]) -> dict[str, dict[Tier, float]]:
+    """{pool: {tier: share}}; a document from before pools ({tier: share}) is the
+    default pool's."""
+    if document and all(key in Tier._value2member_map_ for key in document):
+        document = {DEFAULT_POOL: document}
+    return {
+        pool: {Tier(tier): float(value) for tier, value in moved.items()}
+        for pool, moved in document.items()
+    }
 
 
 def _text(value: bytes | str) -> str:

@@ -63,6 +63,8 @@ def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
         set_headers["content-length"] = str(len(admit.replace_body))
     if set_headers or admit.remove_headers:
         common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
+        # Envoy picked the route before asking us; a header it routes on has changed.
+        common.clear_route_cache = admit.reroute
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
 
 

@@ -65,7 +65,9 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
 
     def _record(self, decision: Decision, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"
-        self._metrics.decisions.labels(decision.tier or "none", outcome, decision.reason).inc()
+        self._metrics.decisions.labels(
+            decision.tier or "none", outcome, decision.reason, decision.pool or "none"
+        ).inc()
         self._metrics.decision_seconds.observe(seconds)
         if isinstance(decision, Admit) and decision.queue_wait is not None:
             self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)

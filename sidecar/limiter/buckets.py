@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sidecar.config.pools import DEFAULT_POOL
+
 
 @dataclass(frozen=True)
 class BucketSpec:
@@ -32,10 +34,17 @@ class Limiter(Protocol):
         ...
 
 
-def tier_bucket_key(tier: str) -> str:
-    # A tier's buckets share its hash tag: one call touches one Redis Cluster slot.
-    return f"qos:{{bucket-{tier}}}:tier"
+# A tier's buckets share its hash tag, in every pool: one call touches one Redis Cluster
+# slot, and a tenant's own budget (one tier, any pool) sits in the slot of each pool's
+# bucket for that tier. The default pool's names are those from before pools.
 
 
-def tenant_bucket_key(tier: str, tenant: str) -> str:
-    return f"qos:{{bucket-{tier}}}:tenant:{tenant}"
+def tier_bucket_key(tier: str, pool: str = DEFAULT_POOL) -> str:
+    base = f"qos:{{bucket-{tier}}}:tier"
+    return base if pool == DEFAULT_POOL else f"{base}:pool:{pool}"
+
+
+def tenant_bucket_key(tier: str, tenant: str, pool: str | None = None) -> str:
+    """A tenant's bucket: across pools, or in one pool when its rate there is its own."""
+    base = f"qos:{{bucket-{tier}}}:tenant:{tenant}"
+    return base if pool is None else f"{base}:pool:{pool}"

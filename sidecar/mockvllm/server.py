@@ -31,7 +31,21 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class Settings:
     host: str = setting("127.0.0.1", "MOCK_VLLM_HOST", "address to bind")
     port: int = setting(8000, "MOCK_VLLM_PORT", "HTTP port")
-    model: str = setting("mock-llm", "MOCK_VLLM_MODEL", "served model name")
+    model: str = setting(
+        "mock-llm",
+        "MOCK_VLLM_MODEL",
+        "served model names, comma-separated, as vLLM's --served-model-name: the first names "
+        "the model in answers and metrics, the others are aliases",
+    )
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.model.split(",") if name.strip())
+
+    @property
+    def model_name(self) -> str:
+        return self.served_names[0]
+
     kv_cache_tokens: int = setting(131_072, None, "KV-cache size in tokens")
     block_size: int = setting(16, None, "tokens per KV block")
     max_num_seqs: int = setting(256, None, "most sequences decoded together")
@@ -113,8 +127,8 @@ class MockVllm:
         self.settings = settings
         self.engine = Engine(settings.engine_config())
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(self.engine, settings.model))
-        self._latency = LatencyMetrics(self.registry, settings.model)
+        self.registry.register(EngineCollector(self.engine, settings.model_name))
+        self._latency = LatencyMetrics(self.registry, settings.model_name)
         self.engine.on_finish = self._latency.observe
 
     def app(self) -> web.Application:
@@ -146,11 +160,11 @@ class MockVllm:
 
     async def models(self, _request: web.Request) -> web.Response:
         model = {
-            "id": self.settings.model,
+            "id": self.settings.model_name,
             "object": "model",
             "created": 0,
             "owned_by": "vllm",
-            "root": self.settings.model,
+            "root": self.settings.model_name,
             "parent": None,
             "max_model_len": self.settings.max_model_len,
         }
@@ -163,7 +177,7 @@ class MockVllm:
         except InvalidRequest as error:
             return _error(400, error.message, error.param)
         body = parsed.body
-        if parsed.model not in (None, self.settings.model):
+        if parsed.model is not None and parsed.model not in self.settings.served_names:
             return _error(
                 404, f"The model `{parsed.model}` does not exist.", "model", "NotFoundError"
             )
@@ -190,7 +204,7 @@ class MockVllm:
             )
         except RequestRejected as error:
             return _error(400, str(error), error.param)
-        shaper = ResponseShaper(endpoint, self.settings.model, sequence.request_id)
+        shaper = ResponseShaper(endpoint, self.settings.model_name, sequence.request_id)
         seen = _echo(request, body, priority)
         try:
             if parsed.stream:
@@ -255,7 +269,7 @@ async def run(settings: Settings) -> None:
     )
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
-    log.info("mock vLLM serving", extra={"port": settings.port, "model": settings.model})
+    log.info("mock vLLM serving", extra={"port": settings.port, "model": settings.model_name})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -6,7 +6,9 @@ Free-KV watermark: capacity-weighted over the pods with a fresh report,
 
 so a big pod that is nearly full counts for more than a small idle one. A pod that does
 not report its block count is weighted as the median of those that do (all alike when
-none do). In flight: Σ (running_i + waiting_i), the requests the engines hold.
+none do). In flight: Σ (running_i + waiting_i), the requests the engines hold. Capacity:
+Σ of what the pods say they prefill, a pod that says nothing counted as the median one
+(None when no pod says: the configured figure holds).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from sidecar.config.pools import Pools
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,9 @@ class PodLoad:
     waiting: int
     age_seconds: float = 0.0  # since Redis received the report
     scheduling_policy: str = ""  # "priority", "fcfs"; "" when the reporter was not told
+    model: str = ""  # the served model name vLLM's metrics carry
+    pool: str = ""  # the pool its reporter named; "": the pool serving `model`
+    capacity_tokens_per_second: float = 0.0  # 0 when its reporter was not told
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,8 @@ class ClusterLoad:
     pods: tuple[PodLoad, ...]
     free_kv_ratio: float | None  # None when no pod has reported
     in_flight: int
+    # What the pods say they prefill, tokens a second; None when none says.
+    capacity_tokens_per_second: float | None = None
 
     @property
     def known(self) -> bool:
@@ -42,11 +51,30 @@ def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
     fresh = tuple(sorted(pods, key=lambda p: p.pod_id))
     if not fresh:
         return ClusterLoad((), None, 0)
-    known_sizes = [p.kv_blocks_total for p in fresh if p.kv_blocks_total > 0]
-    stand_in = statistics.median(known_sizes) if known_sizes else 1.0
-    weights = [p.kv_blocks_total if p.kv_blocks_total > 0 else stand_in for p in fresh]
+    weights = _stand_in_for_unknown([p.kv_blocks_total for p in fresh])
     free = sum(
         w * (1.0 - min(max(p.kv_cache_usage, 0.0), 1.0))
         for w, p in zip(weights, fresh, strict=True)
     )
-    return ClusterLoad(fresh, free / sum(weights), sum(p.running + p.waiting for p in fresh))
+    capacities = [p.capacity_tokens_per_second for p in fresh]
+    capacity = sum(_stand_in_for_unknown(capacities)) if any(c > 0 for c in capacities) else None
+    return ClusterLoad(
+        fresh, free / sum(weights), sum(p.running + p.waiting for p in fresh), capacity
+    )
+
+
+def pool_of(pod: PodLoad, pools: Pools) -> str | None:
+    """The pool a pod's load counts for: the one its reporter named, else the one serving
+    its model; None when that names no configured pool."""
+    if pod.pool:
+        return pod.pool if pools.get(pod.pool) is not None else None
+    pool = pools.for_model(pod.model or None)
+    return pool.name if pool is not None else None
+
+
+def _stand_in_for_unknown(sizes: list[float]) -> list[float]:
+    """Each pod's size, the median of the known ones for a pod that says none (all alike
+    when none says)."""
+    known = [size for size in sizes if size > 0]
+    stand_in = statistics.median(known) if known else 1.0
+    return [size if size > 0 else stand_in for size in sizes]

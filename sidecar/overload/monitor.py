@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import redis.asyncio as redis
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -22,7 +22,7 @@ from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
-from sidecar.overload.load import aggregate
+from sidecar.overload.load import PodLoad, aggregate, pool_of
 from sidecar.overload.priority_check import priority_unconfirmed
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.shedding import SheddingState
@@ -37,7 +37,7 @@ class LoadMonitor:
         snapshot: Callable[[], Snapshot],
         interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
-        gateway_in_flight: Callable[[], int] = lambda: 0,
+        gateway_in_flight: Callable[[str | None], int] = lambda _pool: 0,
     ) -> None:
         self._store = store
         self._gateway_in_flight = gateway_in_flight
@@ -69,7 +69,7 @@ class LoadMonitor:
         else:
             self._read_at = self._clock()
         before = dict(self.state.shedding)
-        self.state.update(aggregate(pods), config, self._gateway_in_flight())
+        self._update(pods)
         self._check_priority(config.engine.send_priority)
         if self.state.shedding != before:
             log.info(
@@ -83,6 +83,9 @@ class LoadMonitor:
                     "pods": len(self.state.load.pods),
                 },
             )
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot()
 
     def _check_priority(self, send_priority: bool) -> None:
         unconfirmed = priority_unconfirmed(self.state.load.pods, send_priority)
@@ -100,8 +103,26 @@ class LoadMonitor:
     def reevaluate(self) -> None:
         """Apply a new configuration to the load last read, without waiting for the next
         read (thresholds and limits changed)."""
-        config = self._snapshot().config
-        self.state.update(self.state.load, config, self._gateway_in_flight())
+        self._update(self.state.load.pods)
+
+    def _update(self, pods: Iterable[PodLoad]) -> None:
+        """The state over all pods, and each pool's over its own pods."""
+        snapshot = self._snapshot()
+        config, pools = snapshot.config, snapshot.pools
+        pods = tuple(pods)
+        self.state.update(aggregate(pods), config, self._gateway_in_flight(None))
+        by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
+        for pod in pods:
+            pool = pool_of(pod, pools)
+            if pool is not None:
+                by_pool[pool].append(pod)
+        states = {}
+        for pool in pools:
+            state = self.state.pools.get(pool.name) or SheddingState()
+            load = aggregate(by_pool[pool.name])
+            state.update(load, config, self._gateway_in_flight(pool.name), pool)
+            states[pool.name] = state
+        self.state.pools = states
 
     async def _run(self) -> None:
         while True:
@@ -164,7 +185,7 @@ class LoadCollector(Collector):
         yield unconfirmed
         shedding = GaugeMetricFamily(
             "qos_overload_shedding",
-            "1 while an overload rule sheds the tier.",
+            "1 while an overload rule sheds the tier (over all pods; per pool below).",
             labels=["tier", "rule"],
         )
         for tier in Tier:
@@ -173,3 +194,53 @@ class LoadCollector(Collector):
                 [tier.value, reason.value if reason else "none"], 1 if reason else 0
             )
         yield shedding
+        yield from self._per_pool()
+
+    def _per_pool(self) -> Iterator[Metric]:
+        """The same views per model pool (one series set per configured pool)."""
+        snapshot = self._monitor.snapshot()
+        pools = snapshot.pools
+        labels = ["pool"]
+        reporting = GaugeMetricFamily(
+            "qos_pool_pods_reporting", "Pods of the pool with a fresh load report.", labels=labels
+        )
+        free = GaugeMetricFamily(
+            "qos_pool_free_kv_ratio",
+            "Capacity-weighted free KV-cache ratio of the pool's reporting pods.",
+            labels=labels,
+        )
+        in_flight = GaugeMetricFamily(
+            "qos_pool_requests_in_flight",
+            "Requests running or waiting in the pool's engines.",
+            labels=labels,
+        )
+        capacity = GaugeMetricFamily(
+            "qos_pool_capacity_tokens_per_second",
+            "The pool's capacity in force: what its fresh pods report, else the configured.",
+            labels=labels,
+        )
+        shedding = GaugeMetricFamily(
+            "qos_pool_overload_shedding",
+            "1 while an overload rule sheds the tier in the pool.",
+            labels=["pool", "tier", "rule"],
+        )
+        rate = GaugeMetricFamily(
+            "qos_pool_tier_rate_tokens_per_second",
+            "The tier's bucket refill rate in the pool: its share of the capacity in force.",
+            labels=["pool", "tier"],
+        )
+        for pool in pools:
+            state = self._monitor.state.for_pool(pool.name)
+            load = state.load
+            reporting.add_metric([pool.name], len(load.pods))
+            if load.free_kv_ratio is not None:
+                free.add_metric([pool.name], load.free_kv_ratio)
+            in_flight.add_metric([pool.name], load.in_flight)
+            in_force = state.capacity(pool)
+            capacity.add_metric([pool.name], in_force)
+            for tier in Tier:
+                reason = state.shedding[tier]
+                rule = reason.value if reason else "none"
+                shedding.add_metric([pool.name, tier.value, rule], 1 if reason else 0)
+                rate.add_metric([pool.name, tier.value], snapshot.share(tier, pool) * in_force)
+        yield from (reporting, free, in_flight, capacity, shedding, rate)

@@ -61,6 +61,9 @@ class ReportStore:
                     waiting=report.num_requests_waiting,
                     age_seconds=(now_ms - received_ms) / 1000,
                     scheduling_policy=report.scheduling_policy,
+                    model=report.model,
+                    pool=report.pool,
+                    capacity_tokens_per_second=max(report.capacity_tokens_per_second, 0.0),
                 )
             )
         if dead:

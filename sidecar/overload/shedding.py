@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sidecar.config.schema import Mode, QosConfig, Tier
+from sidecar.config.pools import Pool
+from sidecar.config.schema import Mode, QosConfig, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import ClusterLoad
 from sidecar.policy.refusals import Reason
@@ -24,30 +25,54 @@ def _gate(active: bool, value: float, threshold: float, hysteresis: float, above
 
 @dataclass
 class SheddingState:
-    """Per tier: the overload rule now shedding it, if any."""
+    """Per tier: the overload rule now shedding it, if any. The monitor keeps one over all
+    pods and one per pool (`pools`); a request reads its pool's."""
 
     shedding: dict[Tier, Reason | None] = field(default_factory=lambda: dict.fromkeys(Tier))
     load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
+    pools: dict[str, SheddingState] = field(default_factory=dict)
 
-    def update(self, load: ClusterLoad, config: QosConfig, gateway_in_flight: int = 0) -> None:
+    def for_pool(self, name: str) -> SheddingState:
+        return self.pools.get(name, self)
+
+    def capacity(self, pool: Pool) -> float:
+        """The pool's capacity in force: what its fresh pods say they prefill, else the
+        configured figure."""
+        return self.load.capacity_tokens_per_second or pool.capacity_tokens_per_second
+
+    def update(
+        self,
+        load: ClusterLoad,
+        config: QosConfig,
+        gateway_in_flight: int = 0,
+        pool: Pool | None = None,
+    ) -> None:
         """`gateway_in_flight`: requests the sidecars hold slots for, cluster-wide; the
-        in-flight rule uses it or the engines' own count, whichever is higher."""
+        in-flight rule uses it or the engines' own count, whichever is higher. `pool`: the
+        pool whose thresholds and limit apply (default: the top-level ones)."""
         self.load = load
         in_flight = max(load.in_flight, gateway_in_flight)
+        tiers = pool.tiers if pool else config.tiers
+        max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
         for tier in Tier:
-            self.shedding[tier] = self._rule(tier, load, in_flight, config, self.shedding[tier])
+            self.shedding[tier] = self._rule(
+                tiers[tier], tier, load, in_flight / max_concurrency, config, self.shedding[tier]
+            )
 
     @staticmethod
     def _rule(
-        tier: Tier, load: ClusterLoad, in_flight_now: int, config: QosConfig, was: Reason | None
+        tier_config: TierConfig,
+        tier: Tier,
+        load: ClusterLoad,
+        in_flight: float,
+        config: QosConfig,
+        was: Reason | None,
     ) -> Reason | None:
-        tier_config = config.tiers[tier]
         hysteresis = config.overload.hysteresis
         if not load.known:
             return Reason.SHED_NO_REPORTS if tier in config.overload.shed_without_reports else None
         # The hard maximum itself is not a shedding rule: at it, requests wait in the
         # admission queue for a slot (P0 first) rather than being refused.
-        in_flight = in_flight_now / config.fleet.max_concurrency
         threshold = tier_config.shed_below_free_kv
         if (
             threshold is not None

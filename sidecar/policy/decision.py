@@ -31,9 +31,11 @@ class Admit:
     replace_body: bytes | None = None
     reason: str = "admitted"
     tier: str = ""
+    pool: str = ""  # the model pool that serves it ("" when none was resolved)
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
     time_first_byte: bool = False  # watch the response body for the first token's time
+    reroute: bool = False  # the headers set choose the route: Envoy must choose it again
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Respond:
     reason: str
     headers: Mapping[str, str] = field(default_factory=dict)
     tier: str = ""
+    pool: str = ""  # the model pool that would have served it ("" when none was resolved)
 
 
 Final = Admit | Respond

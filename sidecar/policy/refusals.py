@@ -8,6 +8,7 @@ import enum
 class Reason(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     UNAUTHENTICATED = "unauthenticated"
+    MODEL_NOT_FOUND = "model_not_found"
     PROMPT_TOO_LONG = "prompt_too_long"
     COST_EXCEEDS_BURST = "cost_exceeds_burst"
     TENANT_RATE_LIMITED = "tenant_rate_limited"

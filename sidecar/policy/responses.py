@@ -13,6 +13,7 @@ from sidecar.policy.refusals import Reason, Refusal
 _ERRORS = {
     Reason.INVALID_REQUEST: (400, "invalid_request_error", None),
     Reason.UNAUTHENTICATED: (401, "invalid_request_error", "invalid_api_key"),
+    Reason.MODEL_NOT_FOUND: (404, "invalid_request_error", "model_not_found"),
     Reason.PROMPT_TOO_LONG: (400, "invalid_request_error", "prompt_too_long"),
     Reason.COST_EXCEEDS_BURST: (400, "invalid_request_error", "cost_exceeds_burst"),
     Reason.TENANT_RATE_LIMITED: (429, "rate_limit_exceeded", "rate_limit_exceeded"),

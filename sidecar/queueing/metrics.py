@@ -38,6 +38,22 @@ class QueueCollector(Collector):
             "Slots held by every sidecar together (peers as of their last heartbeat).",
             value=queue.cluster_in_flight,
         )
+        pool_in_flight = GaugeMetricFamily(
+            "qos_pool_slots_in_flight",
+            "Slots held in the model pool by every sidecar together.",
+            labels=["pool"],
+        )
+        pool_waiting = GaugeMetricFamily(
+            "qos_pool_queue_waiting",
+            "Requests waiting in this sidecar's admission queue for the pool's slots.",
+            labels=["pool", "tier"],
+        )
+        for pool, scheduler in sorted(queue.schedulers.items()):
+            pool_in_flight.add_metric([pool], queue.cluster_in_flight_in(pool))
+            for tier in Tier:
+                pool_waiting.add_metric([pool, tier.value], scheduler.waiting(tier))
+        yield pool_in_flight
+        yield pool_waiting
         yield CounterMetricFamily(
             "qos_slots_reclaimed",
             "Slots taken back after their lease because their end was never reported.",

@@ -19,6 +19,8 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
+from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.scheduler import Scheduler, Waiter
@@ -32,6 +34,9 @@ class QueueFull(Exception):
 
 
 class AdmissionQueue:
+    """Slots and waiters per model pool: each pool has its own concurrency limit and its
+    own release order; a request waits only for its pool's slots."""
+
     def __init__(
         self,
         config: Callable[[], QosConfig],
@@ -45,10 +50,33 @@ class AdmissionQueue:
         self._clock = clock
         self._tick = tick_seconds
         self.slots = slots or SlotTable(clock)
-        self.scheduler = Scheduler(config().queue)
-        self._futures: dict[Waiter, asyncio.Future[Slot]] = {}
+        self.schedulers: dict[str, Scheduler] = {}
+        self._pools: dict[str, Pool] = {}  # the latest settings of each pool seen
+        self._resolved: tuple[QosConfig, Pools] | None = None
+        self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
         self._background = Background()
         self.reclaimed = 0
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The default pool's release order."""
+        return self._scheduler(DEFAULT_POOL)
+
+    def _scheduler(self, pool: str) -> Scheduler:
+        if pool not in self.schedulers:
+            self.schedulers[pool] = Scheduler(self._config().queue)
+        return self.schedulers[pool]
+
+    def _pool(self, pool: Pool | None) -> Pool:
+        """`pool` (remembered for releases), or the configuration's default pool."""
+        if pool is None:
+            config = self._config()
+            if self._resolved is None or self._resolved[0] is not config:
+                self._resolved = (config, resolve_pools(config))
+            pools = self._resolved[1]
+            pool = pools.get(DEFAULT_POOL) or next(iter(pools))
+        self._pools[pool.name] = pool
+        return pool
 
     # -- capacity -------------------------------------------------------------------------
 
@@ -65,30 +93,48 @@ class AdmissionQueue:
     def cluster_in_flight(self) -> int:
         return len(self.slots) + self.others_in_flight
 
-    def free_slots(self) -> int:
-        return self._config().fleet.max_concurrency - self.cluster_in_flight
+    def cluster_in_flight_in(self, pool: str | None) -> int:
+        """Slots held in `pool` by every sidecar (None: in every pool)."""
+        if pool is None:
+            return self.cluster_in_flight
+        others = self._peers.others_in_pool.get(pool, 0) if self._peers else 0
+        return self.slots.in_pool(pool) + others
+
+    def free_slots(self, pool: Pool | None = None) -> int:
+        pool = self._pool(pool)
+        return pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
 
     # -- taking and giving back slots -------------------------------------------------------
 
-    def try_take(self, tier: Tier, tenant: str, stream: bool = False) -> Slot | None:
+    def try_take(
+        self, tier: Tier, tenant: str, stream: bool = False, pool: Pool | None = None
+    ) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
-        if self.free_slots() > 0 and not self.scheduler.waiting_at_or_above(tier):
-            return self.slots.take(tier, tenant, stream)
+        pool = self._pool(pool)
+        scheduler = self._scheduler(pool.name)
+        if self.free_slots(pool) > 0 and not scheduler.waiting_at_or_above(tier):
+            return self.slots.take(tier, tenant, stream, pool.name)
         return None
 
     async def wait(
-        self, tier: Tier, tenant: str, max_wait: float, stream: bool = False
+        self,
+        tier: Tier,
+        tenant: str,
+        max_wait: float,
+        stream: bool = False,
+        pool: Pool | None = None,
     ) -> Slot | None:
         """A slot within `max_wait` seconds, or None."""
-        config = self._config()
-        if self.scheduler.waiting(tier) >= config.tiers[tier].max_queue_length:
+        pool = self._pool(pool)
+        scheduler = self._scheduler(pool.name)
+        if scheduler.waiting(tier) >= pool.tiers[tier].max_queue_length:
             raise QueueFull
-        self.scheduler.config = config.queue
+        scheduler.config = self._config().queue
         waiter = Waiter(tier, tenant, self._clock(), stream=stream)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
-        self._futures[waiter] = future
-        self.scheduler.add(waiter)
-        self.dispatch()
+        self._futures[waiter] = (future, pool.name)
+        scheduler.add(waiter)
+        self.dispatch(pool.name)
         try:
             async with asyncio.timeout(max_wait):
                 return await future
@@ -101,7 +147,7 @@ class AdmissionQueue:
                 self.release(future.result().id)
             raise
         finally:
-            self.scheduler.remove(waiter)
+            scheduler.remove(waiter)
             self._futures.pop(waiter, None)
             if not future.done():
                 future.cancel()
@@ -109,20 +155,29 @@ class AdmissionQueue:
     def release(self, slot_id: str) -> Slot | None:
         slot = self.slots.release(slot_id)
         if slot is not None:
-            self.dispatch()
+            self.dispatch(slot.pool)
         return slot
 
-    def dispatch(self) -> None:
-        """Hand free slots to waiters, in the scheduler's order."""
+    def dispatch(self, pool_name: str | None = None) -> None:
+        """Hand free slots to waiters, in each pool's scheduler's order (one pool's only,
+        when named)."""
         now = self._clock()
-        while self.free_slots() > 0:
-            waiter = self.scheduler.release_next(now)
-            if waiter is None:
-                return
-            future = self._futures.pop(waiter, None)
-            if future is None or future.done():
+        names = list(self.schedulers) if pool_name is None else [pool_name]
+        for name in names:
+            pool = self._pools.get(name)
+            scheduler = self.schedulers.get(name)
+            if pool is None or scheduler is None:
                 continue
-            future.set_result(self.slots.take(waiter.tier, waiter.tenant, waiter.stream))
+            while self.free_slots(pool) > 0:
+                waiter = scheduler.release_next(now)
+                if waiter is None:
+                    break
+                entry = self._futures.pop(waiter, None)
+                if entry is None or entry[0].done():
+                    continue
+                entry[0].set_result(
+                    self.slots.take(waiter.tier, waiter.tenant, waiter.stream, name)
+                )
 
     # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
 
@@ -142,7 +197,7 @@ class AdmissionQueue:
                 log.warning("slot taken back after its lease", extra={"slot": slot.id})
             if self._peers is not None and tick % beat_every == 0:
                 try:
-                    await self._peers.heartbeat(len(self.slots))
+                    await self._peers.heartbeat(self.slots.by_pool())
                 except redis.RedisError as error:
                     redis_errors.note("peers")
                     log.debug("peer heartbeat failed: %s", error)

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import Tier
 
 
@@ -20,6 +21,7 @@ class Slot:
     tenant: str
     taken_at: float
     stream: bool = False
+    pool: str = DEFAULT_POOL
 
 
 class SlotTable:
@@ -32,6 +34,7 @@ class SlotTable:
         self._clock = clock
         self._numbers = itertools.count(1)
         self._slots: dict[str, Slot] = {}
+        self._per_pool: Counter[str] = Counter()
         self.released = 0
 
     def __len__(self) -> int:
@@ -40,9 +43,17 @@ class SlotTable:
     def by_tier(self) -> Counter[Tier]:
         return Counter(slot.tier for slot in self._slots.values())
 
-    def take(self, tier: Tier, tenant: str, stream: bool = False) -> Slot:
-        slot = Slot(f"{self.owner}-{next(self._numbers)}", tier, tenant, self._clock(), stream)
+    def by_pool(self) -> Counter[str]:
+        return Counter(self._per_pool)
+
+    def in_pool(self, pool: str) -> int:
+        return self._per_pool.get(pool, 0)
+
+    def take(self, tier: Tier, tenant: str, stream: bool = False, pool: str = DEFAULT_POOL) -> Slot:
+        slot_id = f"{self.owner}-{next(self._numbers)}"
+        slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool)
         self._slots[slot.id] = slot
+        self._per_pool[pool] += 1
         return slot
 
     def release(self, slot_id: str) -> Slot | None:
@@ -50,6 +61,7 @@ class SlotTable:
         slot = self._slots.pop(slot_id, None)
         if slot is not None:
             self.released += 1
+            self._per_pool[slot.pool] -= 1
         return slot
 
     def reclaim(self, older_than: float) -> list[Slot]:
@@ -58,4 +70,5 @@ class SlotTable:
         stale = [slot for slot in self._slots.values() if slot.taken_at < cutoff]
         for slot in stale:
             del self._slots[slot.id]
+            self._per_pool[slot.pool] -= 1
         return stale

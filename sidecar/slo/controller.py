@@ -1,9 +1,10 @@
 """The SLO monitor on every sidecar, and the controller on the one holding the lease.
 
-Every tick each sidecar reads the cluster's sample windows and computes each tier's
-compliance (metrics, dashboard). The lease holder also applies the control law to P0's
-compliance and, when it moves budget, writes the new shares with the reason to Redis: a
-config change every sidecar applies within a second, and a line in the history.
+Every tick each sidecar reads the cluster's sample windows and computes each pool's
+tiers' compliance (metrics, dashboard). The lease holder also applies the control law to
+each pool's P0 compliance and, when it moves budget, writes that pool's new shares with
+the reason to Redis: a config change every sidecar applies within a second, and a line
+in the history.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.slo.control import Adjustment, Compliance, adjust
@@ -42,10 +44,16 @@ class SloController:
         self._snapshot = snapshot
         self._clock = clock
         self._on_adjust = on_adjust
-        self.compliance: dict[Tier, Compliance] = {t: Compliance(None, 0) for t in Tier}
+        # Per pool and tier, as last measured.
+        self.pool_compliance: dict[str, dict[Tier, Compliance]] = {}
         self.leading = False
-        self.last_adjusted_at: float | None = None
+        self.adjusted_at: dict[str, float] = {}  # per pool: the controller's last move
         self._background = Background()
+
+    @property
+    def compliance(self) -> dict[Tier, Compliance]:
+        """The default pool's (an unpooled configuration's only)."""
+        return self.pool_compliance.get(DEFAULT_POOL) or {t: Compliance(None, 0) for t in Tier}
 
     async def start(self) -> None:
         self._background.start(self._run(), "slo-controller")
@@ -54,14 +62,19 @@ class SloController:
         await self._background.stop()
 
     async def tick(self) -> Adjustment | None:
+        """Measure every pool; if leading, move budget in each pool whose P0 asks for it.
+        Returns the default pool's move (the last pool's when it has none)."""
         snapshot = self._snapshot()
         config = snapshot.config
-        windows = await self._samples.read(config.slo.window)
-        self.compliance = {
-            tier: compliance(
-                windows[tier], config.slo.max_sample_age_seconds, config.slo.min_samples
-            )
-            for tier in Tier
+        windows = await self._samples.read(config.slo.window, snapshot.pools.names)
+        self.pool_compliance = {
+            pool: {
+                tier: compliance(
+                    samples[tier], config.slo.max_sample_age_seconds, config.slo.min_samples
+                )
+                for tier in Tier
+            }
+            for pool, samples in windows.items()
         }
         was_leading = self.leading
         # The key lives one tick less than the lease: renewed every tick, it never runs
@@ -77,25 +90,39 @@ class SloController:
                 extra={"holder": self._lease.holder},
             )
             if self.leading:  # a new controller waits a cooldown before its first move
-                self.last_adjusted_at = self._clock()
+                self.adjusted_at = dict.fromkeys(snapshot.pools.names, self._clock())
         if not (self.leading and config.controller.enabled):
             return None
-        shares = {tier: snapshot.share(tier) for tier in Tier}
+        moved = None
+        for pool in snapshot.pools:
+            step = await self._steer(snapshot, pool)
+            if step is not None and (moved is None or pool.name == DEFAULT_POOL):
+                moved = step
+        return moved
+
+    async def _steer(self, snapshot: Snapshot, pool: Pool) -> Adjustment | None:
+        """One pool's move, by its own P0 compliance and shares: one pool's trouble moves
+        only that pool's budget."""
+        shares = {tier: snapshot.share(tier, pool) for tier in Tier}
+        measured = self.pool_compliance.get(pool.name, {})
         step = adjust(
             shares,
-            self.compliance[Tier.P0],
-            config.controller,
+            measured.get(Tier.P0, Compliance(None, 0)),
+            snapshot.config.controller,
             self._clock(),
-            self.last_adjusted_at,
+            self.adjusted_at.get(pool.name),
         )
         if step is None:
             return None
-        await self._store.save_shares(step.shares, step.reason)
-        self.last_adjusted_at = self._clock()
+        await self._store.save_shares(step.shares, step.reason, pool.name)
+        self.adjusted_at[pool.name] = self._clock()
         log.info(
             "SLO controller moved budget: %s",
             step.reason,
-            extra={"shares": {t.value: round(v, 4) for t, v in step.shares.items()}},
+            extra={
+                "pool": pool.name,
+                "shares": {t.value: round(v, 4) for t, v in step.shares.items()},
+            },
         )
         if self._on_adjust is not None:
             self._on_adjust(step)

@@ -50,6 +50,7 @@ class SloCollector(Collector):
             share.add_metric([tier.value], snapshot.share(tier))
             rate.add_metric([tier.value], snapshot.tier_rate(tier))
         yield from (compliance, samples, target, share, rate)
+        yield from self._per_pool(snapshot)
         mode = GaugeMetricFamily(
             "qos_operator_mode", "1 for the operator mode in force.", labels=["mode"]
         )
@@ -67,3 +68,26 @@ class SloCollector(Collector):
             "1 on the sidecar holding the SLO controller lease.",
             value=1 if self._controller.leading else 0,
         )
+
+    def _per_pool(self, snapshot: Snapshot) -> Iterator[Metric]:
+        """Compliance and shares per model pool (the configured capacity's rate)."""
+        labels = ["pool", "tier"]
+        compliance = GaugeMetricFamily(
+            "qos_pool_slo_compliance_ratio",
+            "Share of the pool's tier's fresh samples that met its SLO.",
+            labels=labels,
+        )
+        share = GaugeMetricFamily(
+            "qos_pool_tier_share_ratio",
+            "The tier's share of the pool's rate, as in force.",
+            labels=labels,
+        )
+        for pool in snapshot.pools:
+            measured = self._controller.pool_compliance.get(pool.name, {})
+            for tier in Tier:
+                ratio = measured[tier].ratio if tier in measured else None
+                if ratio is not None:
+                    compliance.add_metric([pool.name, tier.value], ratio)
+                share.add_metric([pool.name, tier.value], snapshot.share(tier, pool))
+        yield compliance
+        yield share

@@ -1,16 +1,18 @@
-"""Latency samples per tier: recorded by every sidecar, windowed cluster-wide in Redis.
+"""Latency samples per pool and tier: recorded by every sidecar, windowed cluster-wide in
+Redis.
 
 Each sidecar buffers its samples and adds them to Redis every 250 ms (one call), where
-each tier keeps its last `slo.window` samples from all sidecars together. Compliance is
-the share of a tier's fresh samples (younger than `slo.max_sample_age_seconds`) that met
-the tier's target: time to first token for streamed answers, total time otherwise.
+each pool's tier keeps its last `slo.window` samples from all sidecars together.
+Compliance is the share of a tier's fresh samples (younger than
+`slo.max_sample_age_seconds`) that met the pool's target for the tier: time to first
+token for streamed answers, total time otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -18,18 +20,23 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.slo.control import Compliance
 
 log = logging.getLogger(__name__)
 
 TTFT, LATENCY = "ttft", "latency"
+Measured = tuple[bool, float, str]  # met, value in ms, kind
 _PUSH = resources.files("sidecar.slo").joinpath("push_samples.lua").read_text()
 _READ = resources.files("sidecar.slo").joinpath("read_samples.lua").read_text()
 
 
-def samples_key(tier: Tier) -> str:
-    return f"qos:{{qos-slo}}:samples:{tier.value}"
+def samples_key(tier: Tier, pool: str = DEFAULT_POOL) -> str:
+    """The default pool's keys are those from before pools."""
+    if pool == DEFAULT_POOL:
+        return f"qos:{{qos-slo}}:samples:{tier.value}"
+    return f"qos:{{qos-slo}}:samples:{pool}:{tier.value}"
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,10 @@ class Sample:
     kind: str
 
 
-def met_target(config: QosConfig, tier: Tier, kind: str, seconds: float) -> bool:
-    target = config.slo.targets[tier]
+def met_target(
+    config: QosConfig, tier: Tier, kind: str, seconds: float, pool: Pool | None = None
+) -> bool:
+    target = (pool.slo if pool else config.slo.targets)[tier]
     limit = target.ttft_ms if kind == TTFT else target.latency_ms
     return seconds * 1000 <= limit
 
@@ -58,25 +67,31 @@ class SampleStore:
         self._push = client.register_script(_PUSH)
         self._read = client.register_script(_READ)
 
-    async def push(self, batch: dict[Tier, list[tuple[bool, float, str]]], window: int) -> None:
+    async def push(self, batch: dict[tuple[str, Tier], list[Measured]], window: int) -> None:
+        """Samples by (pool, tier), added to their windows in one call."""
         keys, args = [], [window]
-        for tier, samples in batch.items():
-            keys.append(samples_key(tier))
+        for (pool, tier), samples in batch.items():
+            keys.append(samples_key(tier, pool))
             args.append(len(samples))
             args += [f"{int(met)} {value:.1f} {kind}" for met, value, kind in samples]
         await self._push(keys=keys, args=args)
 
-    async def read(self, window: int) -> dict[Tier, list[Sample]]:
-        now_ms, *lists = await self._read(keys=[samples_key(tier) for tier in Tier], args=[window])
-        result = {}
-        for tier, entries in zip(Tier, lists, strict=True):
+    async def read(
+        self, window: int, pools: Iterable[str] = (DEFAULT_POOL,)
+    ) -> dict[str, dict[Tier, list[Sample]]]:
+        """Each pool's tiers' windows, read in one call."""
+        wanted = [(pool, tier) for pool in pools for tier in Tier]
+        keys = [samples_key(tier, pool) for pool, tier in wanted]
+        now_ms, *lists = await self._read(keys=keys, args=[window])
+        result: dict[str, dict[Tier, list[Sample]]] = {}
+        for (pool, tier), entries in zip(wanted, lists, strict=True):
             parsed = []
             for entry in entries:
                 stamp, met, value, kind = entry.split()
                 parsed.append(
                     Sample((now_ms - int(stamp)) / 1000, met == b"1", float(value), kind.decode())
                 )
-            result[tier] = parsed
+            result.setdefault(pool, {})[tier] = parsed
         return result
 
 
@@ -89,13 +104,22 @@ class SampleRecorder:
         self._store = store
         self._config = config
         self._flush_seconds = flush_seconds
-        self._buffer: dict[Tier, list[tuple[bool, float, str]]] = {}
+        self._buffer: dict[tuple[str, Tier], list[Measured]] = {}
         self._background = Background()
         self.recorded = 0
 
-    def record(self, tier: Tier, kind: str, seconds: float, failed: bool = False) -> None:
-        met = not failed and met_target(self._config(), tier, kind, seconds)
-        self._buffer.setdefault(tier, []).append((met, seconds * 1000, kind))
+    def record(
+        self,
+        tier: Tier,
+        kind: str,
+        seconds: float,
+        failed: bool = False,
+        pool: Pool | None = None,
+    ) -> None:
+        """A sample of `pool` (default: the configuration's default pool)."""
+        met = not failed and met_target(self._config(), tier, kind, seconds, pool)
+        key = (pool.name if pool else DEFAULT_POOL, tier)
+        self._buffer.setdefault(key, []).append((met, seconds * 1000, kind))
         self.recorded += 1
 
     async def flush(self) -> None:

@@ -35,10 +35,17 @@ def sidecar_config_version(sidecar_admin_url: str) -> float:
 class StackConfig:
     """Changes the configuration of a running stack and waits until its sidecar has it."""
 
-    def __init__(self, redis_url: str, sidecar_admin_url: str, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        sidecar_admin_url: str,
+        cluster: bool = False,
+        base: dict[str, Any] | None = None,
+    ) -> None:
         self._redis_url = redis_url
         self._cluster = cluster
         self._admin = sidecar_admin_url
+        self._base = base or {}  # top-level keys every change keeps unless it names them
 
     def _run(self, change: Callable[[ConfigStore], Awaitable[int]]) -> int:
         async def go() -> int:
@@ -62,7 +69,8 @@ class StackConfig:
         return self._run(lambda store: store.version())
 
     def set(self, partial: dict[str, Any]) -> int:
-        return self._run(lambda store: store.save_config(QosConfig.from_partial(partial)))
+        config = QosConfig.from_partial({**self._base, **partial})
+        return self._run(lambda store: store.save_config(config))
 
     def tenant(self, name: str, tier: str, api_key: str, **fields: Any) -> int:
         tenant = Tenant(tier=tier, **fields)

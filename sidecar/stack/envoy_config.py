@@ -73,8 +73,11 @@ def adapt(
     admin_port: int,
     sidecar: tuple[str, int],
     upstreams: list[tuple[str, int]],
+    pools: dict[str, list[tuple[str, int]]] | None = None,
 ) -> dict[str, Any]:
-    """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced."""
+    """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced,
+    and a cluster per model pool (named after it, as the x-qos-pool route wants) when
+    `pools` names their upstreams; the default cluster `vllm` keeps `upstreams`."""
     config = copy.deepcopy(config)
     config["admin"]["address"] = _socket("127.0.0.1", admin_port)
     resources = config["static_resources"]
@@ -83,10 +86,18 @@ def adapt(
     _by_name(clusters, "qos_sidecar")["load_assignment"]["endpoints"] = [
         {"lb_endpoints": [{"endpoint": {"address": _socket(*sidecar)}}]}
     ]
-    _by_name(clusters, "vllm")["load_assignment"]["endpoints"] = [
-        {"lb_endpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in upstreams]}
-    ]
+    default = _by_name(clusters, "vllm")
+    default["load_assignment"]["endpoints"] = _endpoints(upstreams)
+    for name, addresses in (pools or {}).items():
+        cluster = copy.deepcopy(default)
+        cluster["name"] = cluster["load_assignment"]["cluster_name"] = name
+        cluster["load_assignment"]["endpoints"] = _endpoints(addresses)
+        clusters.append(cluster)
     return config
+
+
+def _endpoints(addresses: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    return [{"lb_endpoints": [{"endpoint": {"address": _socket(h, p)}} for h, p in addresses]}]
 
 
 def as_local(config: dict[str, Any]) -> dict[str, Any]:

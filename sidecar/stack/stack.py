@@ -43,10 +43,17 @@ class StackOptions:
     envoy_concurrency: int = 0  # 0: Envoy's default, a worker per core
     report_interval: float = 0.1
     admin_token: str = ""  # the dashboard's; empty: the stack makes one
+    # Model pools: 0 is one fleet with no pools configured; N is N pools (pool-a, pool-b,
+    # ...) of `replicas` mock GPUs each, serving model-a, model-b, ... (the first pool also
+    # mock-llm, the demo's model), each with an Envoy cluster of its own.
+    pools: int = 0
+    # What each reporter says its pod prefills (tokens a second); 0: not said.
+    report_capacity: float = 0.0
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
         replicas = int(overrides.get("replicas", cls.replicas))  # type: ignore[call-overload]
+        replicas *= max(1, int(overrides.get("pools", cls.pools)))  # type: ignore[call-overload]
         ports = dict(
             listen_port=free_port(),
             envoy_admin_port=free_port(),
@@ -70,7 +77,33 @@ class StackOptions:
 
     @property
     def replica_ports(self) -> tuple[int, ...]:
-        return self.mock_ports or tuple(8001 + i for i in range(self.replicas))
+        count = self.replicas * max(1, self.pools)
+        return self.mock_ports or tuple(8001 + i for i in range(count))
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        return tuple(f"pool-{chr(ord('a') + i)}" for i in range(self.pools))
+
+    def replica_pool(self, index: int) -> str | None:
+        """The pool of the replica at `index` (0-based); None without pools."""
+        return self.pool_names[index // self.replicas] if self.pools else None
+
+    def served_models(self, index: int) -> tuple[str, ...]:
+        """The model names the replica at `index` serves (the first pool's also answer to
+        mock-llm, the demo's model)."""
+        pool = self.replica_pool(index)
+        if pool is None:
+            return ("mock-llm",)
+        model = "model-" + pool.removeprefix("pool-")
+        return (model, "mock-llm") if pool == self.pool_names[0] else (model,)
+
+    def pools_config(self) -> dict[str, Any]:
+        """The QoS configuration's pools for this stack ({} without pools)."""
+        pools = {
+            self.replica_pool(index): {"models": list(self.served_models(index))}
+            for index in range(0, len(self.replica_ports), self.replicas)
+        }
+        return {"pools": pools} if self.pools else {}
 
 
 @dataclass
@@ -109,8 +142,14 @@ class Stack:
 
     @property
     def config(self) -> StackConfig:
-        """Changes this stack's configuration, waiting until its sidecar has it."""
-        return StackConfig(self.redis_url, self.sidecar_admin_url, self.options.redis_cluster)
+        """Changes this stack's configuration, waiting until its sidecar has it; a change
+        keeps the stack's pools unless it names pools itself."""
+        return StackConfig(
+            self.redis_url,
+            self.sidecar_admin_url,
+            self.options.redis_cluster,
+            base=self.options.pools_config(),
+        )
 
     @property
     def redis_process_name(self) -> str | None:
@@ -132,6 +171,8 @@ class Stack:
             self._start_redis()
             self._start_mocks()
             self._start_sidecar()
+            if self.options.pools:
+                self.config.set({})  # the pools, before any pod reports for one
             self._start_reporters()
             self._start_envoy()
         except BaseException:
@@ -186,6 +227,8 @@ class Stack:
                     str(self.options.time_scale),
                     "--seed",
                     str(self.options.seed + index),
+                    "--model",
+                    ",".join(self.options.served_models(index - 1)),
                     *self.options.mock_args,
                 ],
             )
@@ -232,6 +275,8 @@ class Stack:
                     str(self.options.report_interval),
                     "--scheduling-policy",
                     self.options.mock_scheduling_policy,
+                    "--capacity-tokens-per-second",
+                    str(self.options.report_capacity),
                 ],
             )
         # Ready when the sidecar sees every pod: until then P2 would be shed as unknown load.
@@ -247,8 +292,24 @@ class Stack:
             listen=(self.options.listen_host, listen_port),
             admin_port=admin_port,
             sidecar=("127.0.0.1", self.options.grpc_port),
-            upstreams=[("127.0.0.1", port) for port in self.options.replica_ports],
+            upstreams=[("127.0.0.1", port) for port in self._default_replicas()],
+            pools=self._pool_upstreams(),
         )
+
+    def _default_replicas(self) -> tuple[int, ...]:
+        """The default cluster's mocks: all, or with pools the first pool's (what Envoy
+        sends on without the sidecar, and requests of no pool such as GET /v1/models)."""
+        ports = self.options.replica_ports
+        return ports[: self.options.replicas] if self.options.pools else ports
+
+    def _pool_upstreams(self) -> dict[str, list[tuple[str, int]]]:
+        """Each pool's Envoy cluster: its mocks."""
+        clusters: dict[str, list[tuple[str, int]]] = {}
+        for index, port in enumerate(self.options.replica_ports):
+            pool = self.options.replica_pool(index)
+            if pool is not None:
+                clusters.setdefault(pool, []).append(("127.0.0.1", port))
+        return clusters
 
     def _start_envoy(self) -> None:
         config = self.envoy_config(self.options.listen_port, self.options.envoy_admin_port)

@@ -36,7 +36,10 @@ class Settings:
         "QOS_REDIS_CLUSTER",
         "a Redis Cluster: REDIS_URL names one of its nodes, or three masters are started",
     )
-    replicas: int = setting(2, None, "mock vLLM replicas")
+    replicas: int = setting(2, None, "mock vLLM replicas (per pool, with --pools)")
+    pools: int = setting(
+        0, None, "model pools pool-a, pool-b, ... of --replicas mocks each serving model-a, ..."
+    )
     mock_base_port: int = setting(8001, None, "port of the first mock vLLM replica")
     time_scale: float = setting(1.0, None, "mock vLLM time scale (0.1 = ten times faster)")
     log_dir: str = setting("", None, "where component logs go (default: a new temp folder)")
@@ -56,7 +59,10 @@ def main(settings: Settings) -> int:
         redis_port=settings.redis_port,
         redis_cluster=settings.redis_cluster,
         replicas=settings.replicas,
-        mock_ports=tuple(settings.mock_base_port + i for i in range(settings.replicas)),
+        pools=settings.pools,
+        mock_ports=tuple(
+            settings.mock_base_port + i for i in range(settings.replicas * max(1, settings.pools))
+        ),
         time_scale=settings.time_scale,
     )
     stop = threading.Event()
@@ -98,7 +104,8 @@ def _print_endpoints(stack: Stack) -> None:
         ),
     ]
     for i, url in enumerate(stack.mock_urls, start=1):
-        rows.append((f"mock vLLM {i}", url, f"mock-vllm-{i}"))
+        models = ",".join(stack.options.served_models(i - 1))
+        rows.append((f"mock vLLM {i}", f"{url} ({models})", f"mock-vllm-{i}"))
         rows.append(("  its reporter", f"-> {stack.sidecar_grpc}", f"reporter-{i}"))
     print("qos-sidecar stack is up:")
     for label, where, process in rows:

@@ -71,3 +71,14 @@ def test_a_broken_config_is_refused(tmp_path):
     config["static_resources"]["clusters"][0]["connect_timeout"] = "soon"
     result = validate(envoy_config.write(config, tmp_path / "broken.yaml"))
     assert result.returncode != 0
+
+
+def test_drop_in_pool_route_validates_before_a_plain_route(tmp_path):
+    """The snippet's route for model pools, put before an Envoy's own route, validates."""
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    config = envoy_config.load()
+    (host,) = envoy_config.connection_manager(config)["route_config"]["virtual_hosts"]
+    host["routes"] = [snippet["pool_route"], host["routes"][-1]]
+    assert host["routes"][0]["route"]["cluster_header"] == "x-qos-pool"
+    result = validate(envoy_config.write(config, tmp_path / "with-pool-route.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LoadReport(_message.Message):
-    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms", "scheduling_policy")
+    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms", "scheduling_policy", "pool", "capacity_tokens_per_second")
     POD_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -14,6 +14,8 @@ class LoadReport(_message.Message):
     NUM_REQUESTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULING_POLICY_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     pod_id: str
     model: str
     kv_cache_usage: float
@@ -22,7 +24,9 @@ class LoadReport(_message.Message):
     num_requests_waiting: int
     observed_unix_ms: int
     scheduling_policy: str
-    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ...) -> None: ...
+    pool: str
+    capacity_tokens_per_second: float
+    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_tokens_per_second: _Optional[float] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("ttl_ms",)

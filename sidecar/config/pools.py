@@ -1,0 +1,125 @@
+"""Model pools: which pool serves a request's model, and each pool's settings in force.
+
+A pool is a set of GPUs serving some models behind the one gateway, with its own load,
+capacity and budgets. The configuration's `pools.NAME` names the models it serves and
+may change, for that pool, the top-level fleet figures, any tier setting and the SLO
+targets; what it leaves out is the top-level value. Every pool is resolved once per
+configuration version into a `Pool`, and a request carries its `Pool` from then on.
+
+With no `pools` configured there is one pool, "default", serving every model with the
+top-level settings: today's single fleet. With pools, a model no pool names goes to the
+pool named "default" if there is one; otherwise it is unknown (404 model_not_found).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig, TierSlos
+
+DEFAULT_POOL = "default"
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    models: frozenset[str]  # empty: the pool takes every model no other pool names
+    fleet: FleetConfig  # its capacity and max concurrency
+    tiers: TiersConfig  # its tiers' settings (shares, thresholds, caps...)
+    slo: TierSlos  # its tiers' SLO targets
+
+    @property
+    def capacity_tokens_per_second(self) -> float:
+        """The configured figure; pods that report their own capacity override it."""
+        return self.fleet.capacity_tokens_per_second
+
+
+class PoolsInvalid(ValueError):
+    """A pool's settings do not validate, or two pools claim one model."""
+
+
+@dataclass(frozen=True)
+class Pools:
+    """The pools of one configuration version, by name and by model."""
+
+    by_name: Mapping[str, Pool]
+    by_model: Mapping[str, Pool] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Pool]:
+        return iter(self.by_name.values())
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.by_name)
+
+    def get(self, name: str) -> Pool | None:
+        return self.by_name.get(name)
+
+    def for_model(self, model: str | None) -> Pool | None:
+        """The pool that serves `model`; None when no pool does."""
+        if model is not None and model in self.by_model:
+            return self.by_model[model]
+        return self.by_name.get(DEFAULT_POOL)
+
+
+def resolve(config: QosConfig) -> Pools:
+    """Every pool's settings in force; raises PoolsInvalid naming the key at fault."""
+    from sidecar.config.schema import TiersConfig, TierSlos, shares_within_bounds
+
+    if not config.pools:
+        pool = Pool(DEFAULT_POOL, frozenset(), config.fleet, config.tiers, config.slo.targets)
+        return Pools({DEFAULT_POOL: pool})
+    by_name: dict[str, Pool] = {}
+    by_model: dict[str, Pool] = {}
+    for name, settings in config.pools.items():
+        where = f"pools.{name}"
+        if not settings.models and name != DEFAULT_POOL:
+            raise PoolsInvalid(f"{where}.models: name at least one model (only 'default' may not)")
+        fleet = config.fleet.model_copy(
+            update={
+                key: value
+                for key, value in (
+                    ("capacity_tokens_per_second", settings.capacity_tokens_per_second),
+                    ("max_concurrency", settings.max_concurrency),
+                )
+                if value is not None
+            }
+        )
+        tiers = _over(TiersConfig, config.tiers, settings.tiers, f"{where}.tiers")
+        slo = _over(TierSlos, config.slo.targets, settings.slo_targets, f"{where}.slo_targets")
+        shares_within_bounds(tiers, config.controller, f"{where}.tiers")
+        pool = Pool(name, frozenset(settings.models), fleet, tiers, slo)
+        by_name[name] = pool
+        for model in settings.models:
+            other = by_model.get(model)
+            if other is not None:
+                raise PoolsInvalid(
+                    f"{where}.models: model {model!r} is claimed by pools {other.name!r} "
+                    f"and {name!r}; a model belongs to one pool"
+                )
+            by_model[model] = pool
+    return Pools(by_name, by_model)
+
+
+def _over(kind: type, base: Any, changes: Mapping[Any, Mapping[str, Any]], where: str) -> Any:
+    """`base` with a pool's changes laid over it, validated as `kind`."""
+    merged = base.model_dump(mode="json")
+    for tier, keys in changes.items():
+        merged[str(tier)] = {**merged[str(tier)], **keys}
+    try:
+        return kind.model_validate(merged)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"])
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown key"
+        raise PoolsInvalid(f"{where}.{key}: {message}" if key else f"{where}: {message}") from None

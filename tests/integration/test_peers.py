@@ -1,0 +1,28 @@
+"""Sidecars' in-flight counts shared through Redis, in all and per model pool."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.queueing.peers import PeerRegistry
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+async def test_each_sidecar_sees_its_peers_counts_in_all_and_per_pool(aredis):
+    one, two, three = (PeerRegistry(aredis, name) for name in ("one", "two", "three"))
+    await one.heartbeat({"default": 3, "chat": 2})
+    await two.heartbeat({"chat": 5, "shop": 0})
+    await three.heartbeat({})
+    assert (three.others_in_flight, three.peers) == (10, 2)
+    assert three.others_in_pool == {"default": 3, "chat": 7}
+    await one.heartbeat({"default": 1})
+    assert (one.others_in_flight, one.peers) == (5, 2)  # not its own
+    assert one.others_in_pool == {"chat": 5}
+
+
+async def test_a_silent_sidecar_stops_counting_after_its_ttl(aredis):
+    gone, alive = PeerRegistry(aredis, "gone"), PeerRegistry(aredis, "alive")
+    await gone.heartbeat({"chat": 4}, ttl_seconds=0)  # stale at once
+    await alive.heartbeat({})
+    assert (alive.others_in_flight, alive.others_in_pool) == (0, {})
