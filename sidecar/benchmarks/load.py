@@ -36,6 +36,7 @@ class Outcome:
     tpot: float | None = None
     prompt_tokens: int = 0
     late: float = 0.0  # sent this long after its planned start
+    pool: str = ""  # the model pool it was meant for
 
 
 async def offer(
@@ -80,13 +81,18 @@ async def _send(
         "Authorization": f"Bearer {request.caller.api_key}",
         "Content-Type": "application/json",
     }
+    if request.pool:
+        # What routes it without QoS (Envoy's pool route); the QoS gateway drops it and
+        # lets the sidecar choose the pool from the model.
+        headers["x-qos-pool"] = request.pool
     body = json.dumps(chat_body(request)).encode()  # encoded before the clock starts
     sent = time.monotonic()
 
     def outcome(result: str, detail: str, **timing: float | None) -> Outcome:
         seconds = time.monotonic() - sent
         return Outcome(tier, request.at, result, detail, seconds, **timing,
-                       prompt_tokens=request.prompt_tokens, late=sent - planned)  # fmt: skip
+                       prompt_tokens=request.prompt_tokens, late=sent - planned,
+                       pool=request.pool)  # fmt: skip
 
     try:
         async with session.post(

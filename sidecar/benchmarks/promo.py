@@ -17,13 +17,20 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sidecar.benchmarks import report
 from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
-from sidecar.benchmarks.traffic import CALLERS, capacity_rps, mean_prompt_tokens, plan
+from sidecar.benchmarks.traffic import (
+    CALLERS,
+    PlannedRequest,
+    capacity_rps,
+    mean_prompt_tokens,
+    plan,
+)
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.stack import envoy_config, readiness
@@ -50,6 +57,13 @@ class Settings:
         "default; --no-chunked-prefill prefills each whole, the brief's stall",
     )
     seed: int = setting(7, None, "seed of the planned traffic")
+    pools: int = setting(
+        0,
+        None,
+        "model pools of --replicas GPUs each: the first offered --overload times its "
+        "capacity, the others --calm-load times theirs",
+    )
+    calm_load: float = setting(0.5, None, "with --pools: the other pools' load, x capacity")
     runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
@@ -68,20 +82,56 @@ def configuration(replicas: int, time_scale: float) -> dict:
     }
 
 
-def main(settings: Settings) -> int:
-    fleet_prefill = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
-    capacity = capacity_rps(fleet_prefill)
-    rate = settings.overload * capacity
-    requests = plan(rate, settings.seconds, settings.seed)
+def _traffic(settings: Settings, options: StackOptions) -> list[PlannedRequest]:
+    """The planned requests: the flash sale's mix, at --overload times the capacity of the
+    fleet (or of the first pool; the others at --calm-load times theirs)."""
+    pool_prefill = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
+    capacity = capacity_rps(pool_prefill)
     prefill = "chunked" if settings.chunked_prefill else "whole (unchunked)"
     print(
-        f"flash sale: {settings.replicas} GPUs prefilling {fleet_prefill:,.0f} tokens/s, "
-        f"prompts {prefill}, take "
-        f"{capacity:.1f} requests/s of this mix (mean prompt {mean_prompt_tokens():,.0f} "
-        f"tokens); offering {settings.overload:g}x = {rate:.1f}/s for {settings.seconds:g} s "
+        f"flash sale: {settings.replicas} GPUs prefilling {pool_prefill:,.0f} tokens/s"
+        f"{' a pool' if settings.pools else ''}, prompts {prefill}, take {capacity:.1f} "
+        f"requests/s of this mix (mean prompt {mean_prompt_tokens():,.0f} tokens)",
+        flush=True,
+    )
+    if not settings.pools:
+        requests = plan(settings.overload * capacity, settings.seconds, settings.seed)
+        _say_offered("", settings.overload, capacity, settings.seconds, requests)
+        return requests
+    requests = []
+    for index, pool in enumerate(options.pool_names):
+        load = settings.overload if index == 0 else settings.calm_load
+        model = options.served_models(index * settings.replicas)[0]
+        mine = plan(
+            load * capacity, settings.seconds, settings.seed + index, model=model, pool=pool
+        )
+        _say_offered(f"{pool} ({model}): ", load, capacity, settings.seconds, mine)
+        requests += mine
+    return sorted(requests, key=lambda request: request.at)
+
+
+def _say_offered(
+    who: str, load: float, capacity: float, seconds: float, requests: list[PlannedRequest]
+) -> None:
+    print(
+        f"{who}offering {load:g}x = {load * capacity:.1f}/s for {seconds:g} s "
         f"({len(requests)} requests)",
         flush=True,
     )
+
+
+def _by_pool(runs: dict[str, list[Outcome]], pools: tuple[str, ...]) -> dict[str, list[Outcome]]:
+    """Each run's outcomes, or with pools each run's per pool ("QoS, pool-a")."""
+    if not pools:
+        return runs
+    return {
+        f"{run}, {pool}": [o for o in outcomes if o.pool == pool]
+        for run, outcomes in runs.items()
+        for pool in pools
+    }
+
+
+def main(settings: Settings) -> int:
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
     shed_log = work / "envoy-sheds.log"
     gateway = envoy_config.write(with_shed_log(envoy_config.load(), shed_log), work / "qos.yaml")
@@ -89,6 +139,7 @@ def main(settings: Settings) -> int:
         work,
         envoy_config=gateway,
         replicas=settings.replicas,
+        pools=settings.pools,
         time_scale=settings.time_scale,
         mock_args=(
             "--scheduling-policy",
@@ -99,6 +150,7 @@ def main(settings: Settings) -> int:
         ),
         sidecar_args=("--log-level", "WARNING"),
     )
+    requests = _traffic(settings, options)
     outcomes: dict[str, list[Outcome]] = {}
     probes: dict[str, dict] = {}
     try:
@@ -126,9 +178,15 @@ def main(settings: Settings) -> int:
     except StackError as error:
         print(f"the stack did not start: {error}")
         return 1
-    summaries = {run: report.summarize(result) for run, result in outcomes.items()}
+    views = _by_pool(outcomes, options.pool_names)
+    summaries = {run: report.summarize(result) for run, result in views.items()}
     print()
     print(report.table(summaries))
+    for run, result in views.items():
+        reasons = Counter(o.detail for o in result if o.result == SHED)
+        if reasons:
+            said = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
+            print(f"{run}: shed as {said}")
     for run, result in outcomes.items():
         late = report.percentile((o.late for o in result), 99)
         print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
@@ -146,12 +204,13 @@ def main(settings: Settings) -> int:
             f" p99 {figures['p99_ms']:.2f} ms"
         )
     print(f"(logs in {work})")
-    timelines = {run: report.timeline(o, settings.seconds) for run, o in outcomes.items()}
+    timelines = {run: report.timeline(o, settings.seconds) for run, o in views.items()}
     if settings.json:
+        capacity = capacity_rps(settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale)
         figures = {
             "settings": asdict(settings),
-            "capacity_rps": capacity,
-            "offered_rps": rate,
+            "capacity_rps": capacity,  # of the fleet, or of each pool
+            "offered_rps": settings.overload * capacity,  # to the fleet, or the first pool
             "runs": summaries,
             "grpc_probes": probes,
             "gateway_shed_ms": gateway_sheds,
@@ -163,9 +222,15 @@ def main(settings: Settings) -> int:
         from sidecar.benchmarks.plot import plot
 
         prefill = "chunked" if settings.chunked_prefill else "unchunked"
+        where = (
+            f"{settings.replicas} mock GPUs"
+            if not settings.pools
+            else f"pool-a ({settings.replicas} mock GPUs; the other pools at "
+            f"{settings.calm_load:g}x)"
+        )
         title = (
-            f"Flash sale at {settings.overload:g}x capacity on {settings.replicas} mock GPUs,"
-            f" {prefill} prefill ({len(requests)} requests in {settings.seconds:g} s)"
+            f"Flash sale at {settings.overload:g}x capacity on {where}, {prefill} prefill"
+            f" ({len(requests)} requests in {settings.seconds:g} s)"
         )
         slo = QosConfig().slo.targets.p0.ttft_ms
         plot(timelines, Path(settings.plot), title, slo)

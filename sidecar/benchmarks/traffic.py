@@ -46,6 +46,8 @@ class PlannedRequest:
     at: float  # seconds after the start
     caller: Caller
     prompt_tokens: int
+    model: str = "mock-llm"
+    pool: str = ""  # the model pool it is meant for ("" without pools)
 
 
 def mean_prompt_tokens(callers: tuple[Caller, ...] = CALLERS) -> float:
@@ -59,14 +61,19 @@ def capacity_rps(prefill_tokens_per_second: float, callers: tuple[Caller, ...] =
 
 
 def plan(
-    rate: float, seconds: float, seed: int = 0, callers: tuple[Caller, ...] = CALLERS
+    rate: float,
+    seconds: float,
+    seed: int = 0,
+    callers: tuple[Caller, ...] = CALLERS,
+    model: str = "mock-llm",
+    pool: str = "",
 ) -> list[PlannedRequest]:
     rng = random.Random(seed)
     weights = [c.share for c in callers]
     requests, at = [], rng.expovariate(rate)
     while at < seconds:
         caller = rng.choices(callers, weights)[0]
-        requests.append(PlannedRequest(at, caller, _prompt_tokens(caller, rng)))
+        requests.append(PlannedRequest(at, caller, _prompt_tokens(caller, rng), model, pool))
         at += rng.expovariate(rate)
     return requests
 
@@ -83,7 +90,7 @@ def chat_body(request: PlannedRequest) -> dict:
     """A streamed chat completion whose one message the sidecar and the mock both count
     as `prompt_tokens` tokens (4 characters a token, plus 4 for the message)."""
     return {
-        "model": "mock-llm",
+        "model": request.model,
         "messages": [{"role": "user", "content": "buy " * max(1, request.prompt_tokens - 4)}],
         "max_tokens": request.caller.max_tokens,
         "stream": True,

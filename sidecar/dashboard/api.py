@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from sidecar.config.schema import Mode, OperatorMode, Tier
+from sidecar.config.store import Snapshot
 from sidecar.dashboard import auth
 
 if TYPE_CHECKING:
@@ -109,6 +110,30 @@ def _decision_counts(server: SidecarServer) -> dict[str, dict[str, float]]:
     return counts
 
 
+def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
+    """Each model pool's load, limit, capacity in force and shedding."""
+    pools = []
+    for pool in snapshot.pools:
+        state = server.monitor.state.for_pool(pool.name)
+        capacity = state.capacity(pool)
+        pools.append(
+            {
+                "pool": pool.name,
+                "models": sorted(pool.models),
+                "pods": len(state.load.pods),
+                "free_kv": state.load.free_kv_ratio,
+                "slots": server.queue.cluster_in_flight_in(pool.name),
+                "max_concurrency": pool.fleet.max_concurrency,
+                "capacity": capacity,
+                "rates": {t.value: snapshot.share(t, pool) * capacity for t in Tier},
+                "shedding": {
+                    t.value: reason.value for t, reason in state.shedding.items() if reason
+                },
+            }
+        )
+    return pools
+
+
 async def _state(server: SidecarServer) -> dict[str, Any]:
     snapshot = server.watcher.current
     load = server.monitor.state.load
@@ -135,6 +160,7 @@ async def _state(server: SidecarServer) -> dict[str, Any]:
         adjustments = []
     return {
         "at": time.time(),
+        "pools": _pools(server, snapshot),
         "mode": snapshot.mode.mode.value,
         "force_shed": sorted(t.value for t in snapshot.mode.force_shed),
         "config_version": snapshot.version,

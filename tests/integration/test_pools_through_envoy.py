@@ -194,3 +194,35 @@ async def test_a_pool_s_budgets_follow_the_capacity_its_pods_report(
             await wait_until(lambda admin=admin: p0_rate(admin, "pool-a") == share * PREFILL)
     finally:
         other.process.stop()
+
+
+async def test_the_dashboard_shows_each_pool(pools_stack, config):
+    config.set({"pools": {**pools_stack.options.pools_config()["pools"], "default": {}}})
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            f"{pools_stack.sidecar_admin_url}/dashboard/api/state",
+            headers={"Authorization": f"Bearer {pools_stack.admin_token}"},
+        ) as response,
+    ):
+        pools = {pool["pool"]: pool for pool in (await response.json())["pools"]}
+    assert set(pools) == {"pool-a", "pool-b", "default"}
+    assert pools["pool-b"]["models"] == ["model-b"] and pools["default"]["models"] == []
+    assert pools["pool-a"]["pods"] == pools["pool-b"]["pods"] == 1
+    assert pools["default"]["pods"] == 0  # no pod serves a model only it takes
+    assert pools["pool-b"]["rates"]["p0"] == pytest.approx(0.6 * pools["pool-b"]["capacity"])
+
+
+async def test_a_pool_without_an_envoy_cluster_gets_an_openai_error(pools_stack, config):
+    pools = pools_stack.options.pools_config()["pools"]
+    config.set({"pools": {**pools, "pool-c": {"models": ["model-c"]}}})
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{pools_stack.envoy_url}/v1/chat/completions",
+            json=chat("model-c", 10),
+            headers={"Authorization": f"Bearer {KEYS['p0']}"},
+        ) as response,
+    ):
+        assert response.status == 503
+        assert (await response.json())["error"]["code"] == "pool_not_routed"

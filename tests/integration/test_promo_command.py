@@ -42,3 +42,26 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
     assert runs["no QoS"]["p2"]["shed"] == 0  # nothing sheds without QoS
     assert runs["QoS"]["p0"]["served"] == runs["QoS"]["p0"]["offered"]
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(180)
+def test_a_short_flash_sale_with_two_pools_overloads_only_the_first(tmp_path):
+    figures = tmp_path / "promo.json"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "sidecar", "bench", "promo", "--pools", "2",
+            "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
+            "--runs", "qos", "--json", str(figures),
+        ],
+        capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| QoS, pool-a | P0 |" in result.stdout and "| QoS, pool-b | P2 |" in result.stdout
+    runs = json.loads(figures.read_text())["runs"]
+    overloaded, calm = runs["QoS, pool-a"], runs["QoS, pool-b"]
+    # pool-b is offered a fifth of what pool-a is (0.5x against 2.5x its capacity).
+    assert calm["p0"]["offered"] < overloaded["p0"]["offered"] / 2
+    for pool in (overloaded, calm):
+        assert pool["p0"]["served"] == pool["p0"]["offered"]
+    assert overloaded["p2"]["shed"] > overloaded["p2"]["offered"] / 2
+    assert calm["p1"]["shed"] == 0  # the overload of pool-a sheds nothing of pool-b's P1

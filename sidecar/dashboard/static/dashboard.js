@@ -55,6 +55,21 @@ function render(state) {
     box.addEventListener("change", () => act({tier, shed: box.checked}, "/dashboard/api/shed"));
     cell(row, "").appendChild(box);
   }
+  const pools = document.querySelector("#pools tbody");
+  pools.replaceChildren();
+  for (const pool of state.pools) {
+    const row = pools.insertRow();
+    row.id = `pool-${pool.pool}`;
+    cell(row, pool.pool);
+    cell(row, pool.models.length ? pool.models.join(", ") : "every other model");
+    cell(row, pool.pods);
+    cell(row, percent(pool.free_kv));
+    cell(row, `${pool.slots} / ${pool.max_concurrency}`);
+    cell(row, Math.round(pool.capacity));
+    cell(row, TIERS.map((tier) => Math.round(pool.rates[tier])).join(" / "));
+    const shed = Object.entries(pool.shedding).map(([tier, why]) => `${tier.toUpperCase()} ${why}`);
+    cell(row, shed.length ? shed.join(", ") : "–", shed.length ? "bad" : "");
+  }
   document.getElementById("free-kv").textContent = percent(state.free_kv);
   document.getElementById("in-flight").textContent = state.in_flight;
   document.getElementById("leader").textContent = state.leader ? "this sidecar" : "another sidecar";
