@@ -66,6 +66,20 @@ class SidecarMetrics:
         )
         for direction in ("to_p0", "from_p0"):  # series exist from the start, at 0
             self.adjustments.labels(direction)
+        self.output_reserved = Counter(
+            "qos_output_reserved_tokens",
+            "Output tokens admitted requests reserved, of those settled (tiers with an "
+            "output_weight), by tier.",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.output_settled = Counter(
+            "qos_output_settled_tokens",
+            "Output tokens those requests really had, by tier and by where the count came "
+            "from: the answer's usage, or an estimate from a stream's size.",
+            ["tier", "source"],
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

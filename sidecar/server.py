@@ -6,6 +6,7 @@ import asyncio
 import logging
 import secrets
 import signal
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -16,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sidecar import logs, redis_connect
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
+from sidecar.completion.usage import streamed_output_tokens
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
@@ -30,11 +32,12 @@ from sidecar.metrics import BucketLevelCollector, SidecarMetrics
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
+from sidecar.policy.cost import Reservation
 from sidecar.policy.decision import Admit
 from sidecar.queueing.metrics import QueueCollector
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.queue import AdmissionQueue
-from sidecar.queueing.slots import SlotTable
+from sidecar.queueing.slots import Slot, SlotTable
 from sidecar.redis_errors import RedisErrorCollector
 from sidecar.settings import SidecarSettings
 from sidecar.slo.control import Adjustment
@@ -69,6 +72,7 @@ class SidecarServer:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         self.metrics = SidecarMetrics()
+        self.decider: Any = None  # built at start; settles what admitted requests reserved
         self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
         self._health = health.aio.HealthServicer()
         self._admin: web.AppRunner | None = None
@@ -123,6 +127,8 @@ class SidecarServer:
         slot = self.queue.release(end.slot)
         if slot is None:
             return
+        if slot.reservation is not None:
+            self._settle(slot, slot.reservation, end)
         how = _how(end)
         self.metrics.exchange_ends.labels(slot.tier.value, how).inc()
         # A whole answer's SLO is its total time; a streamed one's is its first token's.
@@ -134,6 +140,27 @@ class SidecarServer:
                 failed=end.status >= 500 or how != "completed",
                 pool=self._snapshot().pools.get(slot.pool),
             )
+
+    def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
+        """The request's real cost against what it reserved: exact from the answer's
+        usage, estimated from a stream's size otherwise. A whole answer whose usage never
+        came (the client left) keeps its reservation: the GPU may have done the work."""
+        output, source = end.completion_tokens, "usage"
+        if output is None:
+            if not slot.stream:
+                return
+            output, source = (
+                streamed_output_tokens(
+                    end.response_body_bytes, reservation.chat, reservation.model
+                ),
+                "estimate",
+            )
+        difference = reservation.charge.difference(end.prompt_tokens, output)
+        if self.decider is not None:
+            self.decider.give_back(reservation, -difference)
+        tier = slot.tier.value
+        self.metrics.output_reserved.labels(tier).inc(reservation.charge.expected_output)
+        self.metrics.output_settled.labels(tier, source).inc(output)
 
     def _first_byte(self, admitted: Admit, seconds: float) -> None:
         if admitted.tier:
@@ -160,7 +187,7 @@ class SidecarServer:
         await self.queue.start()
         await self.samples.start()
         await self.controller.start()
-        decider = build_decider(
+        decider = self.decider = build_decider(
             self.settings,
             self.redis,
             self.watcher,

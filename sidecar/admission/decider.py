@@ -43,6 +43,7 @@ from sidecar.openai_api.request import (
 )
 from sidecar.openai_api.validate import validate
 from sidecar.overload.shedding import SheddingState, overload_refusal
+from sidecar.policy.cost import Charge, Reservation, charge
 from sidecar.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
 from sidecar.policy.engine import EngineFields, client_control_headers, engine_fields
 from sidecar.policy.fallbacks import ResponseShape
@@ -70,6 +71,8 @@ class _Request:
     shape: ResponseShape
     body: dict[str, Any] | None  # the body to forward instead, when it changed
     pool: Pool  # the pool serving the request's model
+    charge: Charge  # what it costs its budgets
+    reservation: Reservation | None = None  # what it took, when it is settled at its end
 
     @property
     def tier(self) -> Tier:
@@ -111,6 +114,7 @@ class AdmissionDecider:
         self._sample = sample
         # Tokens left in each pool's tier bucket after this sidecar's last call, /metrics.
         self.bucket_levels: dict[tuple[str, Tier], float] = {}
+        self._settling: set[asyncio.Task[None]] = set()
 
     def watch_response(self) -> bool:
         """A sample of exchanges (slo.ttft_sample_rate, at most slo.ttft_samples_per_second)
@@ -154,8 +158,11 @@ class AdmissionDecider:
             tier_config = pool.tiers[identity.tier]
             prompt_tokens = self._count_prompt(completion.body)
             guarded = apply_guards(completion, tier_config, identity.tier.value, prompt_tokens)
-            admission = _Request(request, snapshot, identity, completion, shape, guarded, pool)
-            return await self._admit_completion(admission, prompt_tokens)
+            cost = charge(tier_config, prompt_tokens, completion.max_tokens)
+            admission = _Request(
+                request, snapshot, identity, completion, shape, guarded, pool, cost
+            )
+            return await self._admit_completion(admission)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
@@ -170,12 +177,12 @@ class AdmissionDecider:
                 "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
             ) from None
 
-    async def _admit_completion(self, request: _Request, prompt_tokens: int) -> Decision:
+    async def _admit_completion(self, request: _Request) -> Decision:
         pool_state = self._shedding().for_pool(request.pool.name)
         overload = overload_refusal(request.tier, request.snapshot, pool_state)
         if overload is not None:  # decided without Redis
             return request.refuse(overload)
-        cost = prompt_tokens * request.tier_config.weight
+        cost = request.charge.reserved
         capacity = pool_state.capacity(request.pool)  # follows the pods that say theirs
         buckets = _buckets(request.snapshot, request.identity, request.pool, capacity)
         try:
@@ -187,7 +194,7 @@ class AdmissionDecider:
             log.warning("limiter unavailable, admitting: %s", error)
             return await self._take_slot(request, "limiter_unavailable")
         if verdict.allowed:
-            return await self._take_slot(request)
+            return await self._take_slot(_reserved(request, buckets))
         refused = buckets[verdict.refused or 0]
         if verdict.retry_after is None:
             raise Refusal(
@@ -230,6 +237,7 @@ class AdmissionDecider:
                     return request.refuse(Reason.SHED_TIER_BUDGET)
         finally:
             self._budget_waiting[key] -= cost
+        request = _reserved(request, buckets)
         return await self._wait_for_slot(request, deadline - self._clock(), started)
 
     async def _take_slot(self, request: _Request, reason: str = "admitted") -> Decision:
@@ -238,7 +246,7 @@ class AdmissionDecider:
             return _admit(request.view, request.identity, engine, reason, pool=request.pool)
         stream = request.completion.stream
         slot = self._queue.try_take(
-            request.tier, request.identity.tenant_label, stream, request.pool
+            request.tier, request.identity.tenant_label, stream, request.pool, request.reservation
         )
         if slot is not None:
             return self._admit_with_slot(request, reason, slot.id, 0.0)
@@ -260,12 +268,35 @@ class AdmissionDecider:
                 max_wait,
                 request.completion.stream,
                 request.pool,
+                request.reservation,
             )
         except QueueFull:
+            self._give_back(request.reservation)
             return request.refuse(Reason.SHED_QUEUE_FULL)
         if slot is None:
+            self._give_back(request.reservation)
             return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
         return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
+
+    def _give_back(self, reservation: Reservation | None) -> None:
+        """A request shed after it took its budget never ran: its reservation goes back."""
+        if reservation is not None:
+            self.give_back(reservation, reservation.charge.reserved)
+
+    def give_back(self, reservation: Reservation, tokens: float) -> None:
+        """Give `tokens` back to the buckets a request reserved from (negative: take them,
+        a debt), in the background: nobody waits on it."""
+        task = asyncio.get_running_loop().create_task(
+            self._limiter.settle(tokens, reservation.buckets)
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._settling.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            redis_errors.note("limiter")
+            log.warning("settling a request failed: %s", task.exception())
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
         admit = _admit(
@@ -294,6 +325,20 @@ def _buckets(
             key = tenant_bucket_key(tier.value, identity.tenant_label, kept_for)
             buckets.append(BucketSpec(key, tenant_rate, tenant_rate * tenant.burst_seconds))
     return buckets
+
+
+def _reserved(request: _Request, buckets: list[BucketSpec]) -> _Request:
+    """The request with what it took from `buckets`, when its end settles it (a tier whose
+    output costs nothing is charged its prompt only, as before: nothing to settle)."""
+    if request.charge.output_weight <= 0:
+        return request
+    reservation = Reservation(
+        request.charge,
+        tuple(buckets),
+        request.completion.endpoint is Endpoint.CHAT,
+        request.completion.model or "",
+    )
+    return dataclasses.replace(request, reservation=reservation)
 
 
 def _pool(snapshot: Snapshot, model: str | None) -> Pool:

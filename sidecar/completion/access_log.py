@@ -19,6 +19,8 @@ from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 log = logging.getLogger(__name__)
 
 SLOT_HEADER = "x-qos-slot"
+# Where envoy.yaml's json_to_metadata filter puts a whole answer's usage.
+USAGE_NAMESPACE = "qos"
 # What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
 LOGGED_HEADERS = ("x-qos-slot", "x-qos-tier", "x-qos-tenant", "x-qos-queue-wait-ms")
 
@@ -31,6 +33,10 @@ class ExchangeEnd:
     response_flags: accesslog_pb2.ResponseFlags
     seconds_to_first_byte: float | None  # upstream's first byte to the client
     seconds_total: float | None
+    # The answer's usage when Envoy lifted it (a whole JSON answer), else None.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    response_body_bytes: int = 0  # what went to the client, for an estimate otherwise
 
 
 class AccessLogReceiver(als_pb2_grpc.AccessLogServiceServicer):
@@ -65,6 +71,7 @@ def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None
     if not slot:
         return None  # not admitted through a slot (shed, or passed through)
     common = entry.common_properties
+    usage = common.metadata.filter_metadata.get(USAGE_NAMESPACE)
     return ExchangeEnd(
         slot=slot,
         tier=headers.get("x-qos-tier", ""),
@@ -72,4 +79,17 @@ def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None
         response_flags=common.response_flags,
         seconds_to_first_byte=_seconds(common.time_to_first_downstream_tx_byte),
         seconds_total=_seconds(common.time_to_last_downstream_tx_byte),
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
+        response_body_bytes=entry.response.response_body_bytes,
     )
+
+
+def _count(usage, key: str) -> int | None:
+    """A usage count Envoy's json_to_metadata filter put in the entry's metadata."""
+    if usage is None or key not in usage.fields:
+        return None
+    value = usage.fields[key]
+    if value.WhichOneof("kind") != "number_value" or value.number_value < 0:
+        return None
+    return int(value.number_value)

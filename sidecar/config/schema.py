@@ -60,6 +60,12 @@ DEFAULT_MESSAGE = (
 class TierConfig(_Strict):
     share: Share
     weight: Positive = 1.0
+    # What an output token costs (0: only the prompt is charged, as before output was).
+    # A request reserves its expected output at admission; the answer's real count
+    # settles the difference when the exchange ends.
+    output_weight: Annotated[float, Field(ge=0)] = 0.0
+    # The output reserved when the client sets no max_tokens (else its max_tokens is).
+    expected_output_tokens: Annotated[int, Field(ge=1)] = 256
     burst_seconds: Positive = 0.5
     max_tokens_cap: Annotated[int, Field(ge=1)] | None = None
     max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None

@@ -33,6 +33,11 @@ class Limiter(Protocol):
         """Take `cost` from every bucket, or from none."""
         ...
 
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+        """Give `delta` back to every bucket (negative: take it, into debt down to minus
+        one burst): a finished request's real cost against what it reserved."""
+        ...
+
 
 # A tier's buckets share its hash tag, in every pool: one call touches one Redis Cluster
 # slot, and a tenant's own budget (one tier, any pool) sits in the slot of each pool's

@@ -56,6 +56,12 @@ class OverLimitCache:
             }
         return verdict
 
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+        await self._inner.settle(delta, buckets)
+        if delta > 0:  # given back: the buckets may hold more than any bound kept here
+            for bucket in buckets:
+                self._bounds.pop((bucket.key, bucket.rate, bucket.burst), None)
+
 
 def _at_most(bound: tuple[float, float], rate: float, now: float) -> float:
     """The most tokens a bucket can hold now: its bound then, plus its refill since."""

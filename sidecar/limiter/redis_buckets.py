@@ -10,6 +10,7 @@ import redis.asyncio as redis
 from sidecar.limiter.buckets import BucketSpec, Verdict
 
 SCRIPT = resources.files("sidecar.limiter").joinpath("token_bucket.lua").read_text()
+SETTLE = resources.files("sidecar.limiter").joinpath("settle.lua").read_text()
 
 
 class RedisTokenBuckets:
@@ -18,6 +19,7 @@ class RedisTokenBuckets:
     def __init__(self, client: redis.Redis) -> None:
         # redis-py's Script sends EVALSHA and, on NOSCRIPT, loads the script and retries.
         self._script = client.register_script(SCRIPT)
+        self._settle = client.register_script(SETTLE)
 
     async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         for index, bucket in enumerate(buckets):
@@ -37,3 +39,9 @@ class RedisTokenBuckets:
             retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
             remaining=float(remaining),
         )
+
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+        args: list[float] = [delta]
+        for bucket in buckets:
+            args += [bucket.rate, bucket.burst]
+        await self._settle(keys=[b.key for b in buckets], args=args)

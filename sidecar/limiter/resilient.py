@@ -55,6 +55,14 @@ class LocalTokenBuckets:
             self._state[bucket.key] = (tokens - cost, now)
         return Verdict(True, remaining=levels[0] - cost)
 
+    def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+        """settle.lua's arithmetic: refill, add `delta`, keep within [-burst, burst]."""
+        now = self._clock()
+        for bucket in buckets:
+            tokens, at = self._state.get(bucket.key, (bucket.burst, now))
+            tokens = min(bucket.burst, tokens + max(0.0, now - at) * bucket.rate)
+            self._state[bucket.key] = (max(-bucket.burst, min(bucket.burst, tokens + delta)), now)
+
 
 class ResilientLimiter:
     def __init__(
@@ -83,11 +91,27 @@ class ResilientLimiter:
                 async with asyncio.timeout(self._timeout):
                     return await self._shared.acquire(cost, buckets)
             except (redis.RedisError, TimeoutError) as error:
-                redis_errors.note("limiter")
-                self._go_local(error)
+                self._failed(error)
+        return self._local.acquire(cost, self._my_share(buckets))
+
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+        if not self.degraded:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    return await self._shared.settle(delta, buckets)
+            except (redis.RedisError, TimeoutError) as error:
+                self._failed(error)
+        # The cost was taken whole from this sidecar's share: settled whole there too.
+        self._local.settle(delta, self._my_share(buckets))
+
+    def _failed(self, error: Exception) -> None:
+        redis_errors.note("limiter")
+        self._go_local(error)
+
+    def _my_share(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
+        """Each bucket cut to this sidecar's share of it, while budgets are local."""
         share = max(1, self._sidecars_alive())
-        mine = [BucketSpec(b.key, b.rate / share, b.burst / share) for b in buckets]
-        return self._local.acquire(cost, mine)
+        return [BucketSpec(b.key, b.rate / share, b.burst / share) for b in buckets]
 
     def _go_local(self, error: Exception) -> None:
         self.degraded = True

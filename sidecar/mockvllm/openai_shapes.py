@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 from sidecar.openai_api.request import Endpoint
@@ -24,7 +25,9 @@ class ResponseShaper:
         self.endpoint = endpoint
         self.model = model
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
-        self.id = f"{prefix}-{request_id}"
+        # vLLM's ids: the prefix and 32 hex digits (a random UUID's).
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.request_id = request_id
         self.created = int(time.time())
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sidecar.background import Background
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig, Tier
+from sidecar.policy.cost import Reservation
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.scheduler import Scheduler, Waiter
 from sidecar.queueing.slots import Slot, SlotTable
@@ -107,13 +108,18 @@ class AdmissionQueue:
     # -- taking and giving back slots -------------------------------------------------------
 
     def try_take(
-        self, tier: Tier, tenant: str, stream: bool = False, pool: Pool | None = None
+        self,
+        tier: Tier,
+        tenant: str,
+        stream: bool = False,
+        pool: Pool | None = None,
+        reservation: Reservation | None = None,
     ) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
         pool = self._pool(pool)
         scheduler = self._scheduler(pool.name)
         if self.free_slots(pool) > 0 and not scheduler.waiting_at_or_above(tier):
-            return self.slots.take(tier, tenant, stream, pool.name)
+            return self.slots.take(tier, tenant, stream, pool.name, reservation)
         return None
 
     async def wait(
@@ -123,6 +129,7 @@ class AdmissionQueue:
         max_wait: float,
         stream: bool = False,
         pool: Pool | None = None,
+        reservation: Reservation | None = None,
     ) -> Slot | None:
         """A slot within `max_wait` seconds, or None."""
         pool = self._pool(pool)
@@ -130,7 +137,7 @@ class AdmissionQueue:
         if scheduler.waiting(tier) >= pool.tiers[tier].max_queue_length:
             raise QueueFull
         scheduler.config = self._config().queue
-        waiter = Waiter(tier, tenant, self._clock(), stream=stream)
+        waiter = Waiter(tier, tenant, self._clock(), stream=stream, reservation=reservation)
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter] = (future, pool.name)
         scheduler.add(waiter)
@@ -175,9 +182,10 @@ class AdmissionQueue:
                 entry = self._futures.pop(waiter, None)
                 if entry is None or entry[0].done():
                     continue
-                entry[0].set_result(
-                    self.slots.take(waiter.tier, waiter.tenant, waiter.stream, name)
+                slot = self.slots.take(
+                    waiter.tier, waiter.tenant, waiter.stream, name, waiter.reservation
                 )
+                entry[0].set_result(slot)
 
     # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
 

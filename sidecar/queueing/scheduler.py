@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sidecar.config.schema import QueueConfig, Tier
+from sidecar.policy.cost import Reservation
 
 PRIORITY = (Tier.P0, Tier.P1, Tier.P2)
 _EPSILON = 1e-9  # ten releases' worth of 0.1 sum to just under 1
@@ -31,6 +32,7 @@ class Waiter:
     tenant: str
     enqueued_at: float
     stream: bool = False  # carried to the slot it gets
+    reservation: Reservation | None = None  # likewise
     sequence: int = 0  # arrival order, set by the scheduler
     passed_over: int = 0
     released_at: float | None = None

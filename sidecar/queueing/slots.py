@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import Tier
+from sidecar.policy.cost import Reservation
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Slot:
     taken_at: float
     stream: bool = False
     pool: str = DEFAULT_POOL
+    reservation: Reservation | None = None  # what it reserved, settled when it ends
 
 
 class SlotTable:
@@ -49,9 +51,16 @@ class SlotTable:
     def in_pool(self, pool: str) -> int:
         return self._per_pool.get(pool, 0)
 
-    def take(self, tier: Tier, tenant: str, stream: bool = False, pool: str = DEFAULT_POOL) -> Slot:
+    def take(
+        self,
+        tier: Tier,
+        tenant: str,
+        stream: bool = False,
+        pool: str = DEFAULT_POOL,
+        reservation: Reservation | None = None,
+    ) -> Slot:
         slot_id = f"{self.owner}-{next(self._numbers)}"
-        slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool)
+        slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool, reservation)
         self._slots[slot.id] = slot
         self._per_pool[pool] += 1
         return slot

@@ -1,0 +1,85 @@
+"""What a request really costs, through real Envoy: output tokens reserved at admission
+and settled from the answer's usage when the exchange ends, so a tenant's --rate holds
+for short prompts with long answers; a shorter answer gives back what it did not use."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from tests.integration.helpers import scrape, stack_with_tenants
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+KEY = "settle-p1"
+RATE = 4_000  # the tenant's tokens a second, input + output
+BURST_SECONDS = 1.0  # its bucket holds a second of its rate: one 2 020-token request fits
+
+
+@pytest.fixture(scope="module")
+def settle_stack(tmp_path_factory):
+    """Fast mock GPUs (a 2 000-token answer in half a second), a P1 tenant with a rate."""
+    with stack_with_tenants(tmp_path_factory.mktemp("settle-stack"), {}, time_scale=0.01) as stack:
+        stack.config.tenant(
+            "settle", "p1", KEY, rate_tokens_per_second=RATE, burst_seconds=BURST_SECONDS
+        )
+        stack.config.set({"tiers": {"p1": {"output_weight": 1.0}}})
+        yield stack
+
+
+async def flood(url: str, seconds: float, body: dict) -> list[dict]:
+    """Eight clients asking as fast as they are let for `seconds`: the usage of every
+    answer whose request was admitted in that time."""
+    usages: list[dict] = []
+    deadline = time.monotonic() + seconds
+
+    async def client(session):
+        while time.monotonic() < deadline:
+            async with session.post(
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+            ) as response:
+                answer = await response.json()
+                if response.status == 429:  # over its rate: refused at once
+                    await asyncio.sleep(0.02)  # pacing, so refusals do not spin
+                    continue
+                assert response.status == 200, answer
+                usages.append(answer["usage"])
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(8)))
+    return usages
+
+
+def chat(max_tokens: int, ignore_eos: bool) -> dict:
+    content = "x" * 4 * 16  # 16 tokens of text, 20 with the message's template
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "ignore_eos": ignore_eos,
+    }
+
+
+async def test_short_prompts_with_long_answers_are_held_to_the_tenant_s_rate(settle_stack):
+    seconds = 20
+    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=True))
+    served = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+    assert all(u["completion_tokens"] == 2_000 for u in usages)
+    # Its rate over the run, and the bucket's burst at the start.
+    expected = RATE * (seconds + BURST_SECONDS)
+    assert abs(served - expected) / expected < 0.10, (served, expected, len(usages))
+    samples = scrape(f"{settle_stack.sidecar_admin_url}/metrics")
+    settled = samples['qos_output_settled_tokens_total{source="usage",tier="p1"}']
+    assert settled >= 2_000 * (len(usages) - 8)  # exact, from the answers' usage
+
+
+async def test_a_shorter_answer_gives_back_what_it_reserved_and_did_not_use(settle_stack):
+    # max_tokens 2 000 reserved, answers of 32 to 256 tokens: without the refund the
+    # tenant would get an eighth of its rate.
+    seconds = 10
+    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=False))
+    served = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+    assert max(u["completion_tokens"] for u in usages) <= 256
+    assert served > 0.5 * RATE * seconds, (served, len(usages))
