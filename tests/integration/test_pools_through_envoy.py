@@ -81,7 +81,7 @@ async def test_an_overloaded_pool_sheds_its_own_p2_and_no_other_pools(pools_stac
             "fleet": {"capacity_tokens_per_second": 10_000_000},
             "pools": {
                 "pool-a": {"models": ["model-a", "mock-llm"], "max_concurrency": 12},
-                "pool-b": {"models": ["model-b"], "max_concurrency": 12},
+                "pool-b": {"models": ["model-b"], "max_concurrency": 40},
             },
         }
     )

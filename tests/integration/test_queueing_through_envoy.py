@@ -214,6 +214,8 @@ async def test_a_watched_stream_is_let_go_after_its_first_token_and_keeps_its_sl
     assert whole.count(b'"content":') - whole.count(b'"content":""') == 5000
     assert rest.rstrip().endswith(b"data: [DONE]")
     sent, _ = ext_proc_messages(queue_stack)
-    # Headers, body, response headers and the chunks up to the first token; not 5000.
-    assert sent - before[0] <= 6
+    # Headers, body, response headers and the chunks up to the first token, and the few
+    # that Envoy sent in the instant before the sidecar's close reached it (a token every
+    # 0.5 ms here); not 5000.
+    assert sent - before[0] <= 12
     await wait_until(lambda: sidecar_gauges(queue_stack) == (0, 0), what="slot given back")
