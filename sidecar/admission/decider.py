@@ -58,6 +58,8 @@ INTERNAL_PREFIX = "x-qos-"
 # Envoy routes on it to the cluster named after the pool (route cluster_header); set by
 # the sidecar only, for every pool but the default one, whose cluster is Envoy's fallback.
 POOL_HEADER = "x-qos-pool"
+# Marks a stream whose usage Envoy is to read for its settlement.
+USAGE_HEADER = "x-qos-usage"
 
 
 @dataclass(frozen=True)
@@ -367,6 +369,10 @@ def _engine(request: _Request) -> EngineFields:
     )
     if request.pool.name != DEFAULT_POOL:
         fields.headers[POOL_HEADER] = request.pool.name
+    completion = request.completion
+    if request.reservation is not None and completion.stream and completion.include_usage:
+        # Envoy reads this stream's usage chunk as it passes (envoy.yaml's Lua filter).
+        fields.headers[USAGE_HEADER] = "1"
     return fields
 
 

@@ -14,11 +14,12 @@ ENVOY_DIR = Path(__file__).resolve().parents[2] / "envoy"
 LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
 # The HTTP filters QoS adds, in their order: the one that lifts a whole answer's usage
 # for settlement (it only reads responses), the one that drops clients' engine headers,
-# and ext_proc.
+# ext_proc, and the one that reads a marked stream's usage.
 QOS_FILTERS = (
     "envoy.filters.http.json_to_metadata",
     "envoy.filters.http.header_mutation",
     "envoy.filters.http.ext_proc",
+    "envoy.filters.http.lua",
 )
 
 

@@ -78,7 +78,8 @@ def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
     mesh_cluster = copy.deepcopy(
         next(c for c in resources["clusters"] if c["name"] == "qos_sidecar")
     )
-    name = filters[-1]["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
+    (ext_proc,) = (f for f in filters if f["name"] == "envoy.filters.http.ext_proc")
+    name = ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
     mesh_cluster["name"] = mesh_cluster["load_assignment"]["cluster_name"] = name
     resources["clusters"].append(mesh_cluster)
     result = validate(envoy_config.write(config, tmp_path / "istio.yaml"))

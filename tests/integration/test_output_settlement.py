@@ -5,12 +5,13 @@ for short prompts with long answers; a shorter answer gives back what it did not
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import aiohttp
 import pytest
 
-from tests.integration.helpers import scrape, stack_with_tenants
+from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -83,3 +84,43 @@ async def test_a_shorter_answer_gives_back_what_it_reserved_and_did_not_use(sett
     served = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
     assert max(u["completion_tokens"] for u in usages) <= 256
     assert served > 0.5 * RATE * seconds, (served, len(usages))
+
+
+async def stream_usage(url: str, include_usage: bool) -> dict | None:
+    body = {
+        **chat(300, ignore_eos=True),
+        "stream": True,
+        **({"stream_options": {"include_usage": True}} if include_usage else {}),
+    }
+    usage = None
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+        ) as response,
+    ):
+        assert response.status == 200
+        async for line in response.content:
+            if line.startswith(b"data: {") and b'"usage":{' in line:
+                usage = json.loads(line[6:])["usage"]
+    return usage
+
+
+def settled(stack, source: str) -> float:
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return samples.get(f'qos_output_settled_tokens_total{{source="{source}",tier="p1"}}', 0.0)
+
+
+async def test_a_stream_is_settled_from_its_usage_when_it_carries_one_else_by_its_size(
+    settle_stack,
+):
+    url = settle_stack.envoy_url
+    exact, estimated = settled(settle_stack, "usage"), settled(settle_stack, "estimate")
+    usage = await stream_usage(url, include_usage=True)
+    assert usage is not None and usage["completion_tokens"] == 300
+    await wait_until(lambda: settled(settle_stack, "usage") == exact + 300, what="exact")
+    assert settled(settle_stack, "estimate") == estimated
+    assert await stream_usage(url, include_usage=False) is None  # nothing added to it
+    await wait_until(lambda: settled(settle_stack, "estimate") > estimated, what="estimated")
+    guess = settled(settle_stack, "estimate") - estimated
+    assert abs(guess - 300) <= 300 * 0.05, guess
