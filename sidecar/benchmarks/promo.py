@@ -64,6 +64,12 @@ class Settings:
         "capacity, the others --calm-load times theirs",
     )
     calm_load: float = setting(0.5, None, "with --pools: the other pools' load, x capacity")
+    output_weight: float = setting(
+        0.0,
+        None,
+        "P1's and P2's output_weight: their answers' tokens charged too, reserved at "
+        "admission and settled when they end (0: prompts only)",
+    )
     runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
@@ -155,7 +161,10 @@ def main(settings: Settings) -> int:
     probes: dict[str, dict] = {}
     try:
         with Stack(options) as stack:
-            stack.config.set(configuration(settings.replicas, settings.time_scale))
+            document = configuration(settings.replicas, settings.time_scale)
+            for tier in ("p1", "p2"):
+                document["tiers"].setdefault(tier, {})["output_weight"] = settings.output_weight
+            stack.config.set(document)
             for caller in CALLERS:
                 stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
             # The probes' tenant: refused by its own budget, so it takes nobody's.
