@@ -80,6 +80,13 @@ class SidecarMetrics:
             ["tier", "source"],
             registry=self.registry,
         )
+        self.estimate_error = Histogram(
+            "qos_output_estimate_error_ratio",
+            "(estimated - real) / real output tokens of streams that carried their usage: "
+            "how far the estimate from a stream's size, used for those that do not, is.",
+            buckets=(-0.2, -0.1, -0.05, -0.02, -0.01, 0, 0.01, 0.02, 0.05, 0.1, 0.2),
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

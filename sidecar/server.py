@@ -146,15 +146,18 @@ class SidecarServer:
         usage, estimated from a stream's size otherwise. A whole answer whose usage never
         came (the client left) keeps its reservation: the GPU may have done the work."""
         output, source = end.completion_tokens, "usage"
-        if output is None:
-            if not slot.stream:
-                return
-            output, source = (
-                streamed_output_tokens(
-                    end.response_body_bytes, reservation.chat, reservation.model
-                ),
-                "estimate",
+        guess = None
+        if slot.stream:
+            guess = streamed_output_tokens(
+                end.response_body_bytes, reservation.chat, reservation.model
             )
+        if output is None:
+            if guess is None:
+                return
+            output, source = guess, "estimate"
+        elif guess is not None and output > 0:
+            # A stream that carried its usage says how far the size's estimate would be.
+            self.metrics.estimate_error.observe((guess - output) / output)
         difference = reservation.charge.difference(end.prompt_tokens, output)
         if self.decider is not None:
             self.decider.give_back(reservation, -difference)

@@ -18,8 +18,15 @@ class RedisTokenBuckets:
 
     def __init__(self, client: redis.Redis) -> None:
         # redis-py's Script sends EVALSHA and, on NOSCRIPT, loads the script and retries.
+        self._client = client
         self._script = client.register_script(SCRIPT)
         self._settle = client.register_script(SETTLE)
+
+    async def warm(self) -> None:
+        """Load the scripts (on every master of a cluster): a master that came back empty
+        would otherwise answer NOSCRIPT, and the reload cost a decision its deadline."""
+        for script in (SCRIPT, SETTLE):
+            await self._client.script_load(script)
 
     async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         for index, bucket in enumerate(buckets):

@@ -130,6 +130,9 @@ class ResilientLimiter:
             await asyncio.sleep(self._probe_seconds)
             with contextlib.suppress(redis.RedisError, TimeoutError):
                 await asyncio.wait_for(self._redis.ping(), max(self._timeout, 0.05))
+                warm = getattr(self._shared, "warm", None)
+                if warm is not None:  # scripts in place before decisions need them
+                    await asyncio.wait_for(warm(), 1.0)
                 self.degraded = False
                 self.switches += 1
                 log.info("Redis is back: budgets are shared again")

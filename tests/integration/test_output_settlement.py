@@ -120,6 +120,14 @@ async def test_a_stream_is_settled_from_its_usage_when_it_carries_one_else_by_it
     assert usage is not None and usage["completion_tokens"] == 300
     await wait_until(lambda: settled(settle_stack, "usage") == exact + 300, what="exact")
     assert settled(settle_stack, "estimate") == estimated
+    # That stream also measured the estimate it did not need: within 5 % of the truth.
+    samples = scrape(f"{settle_stack.sidecar_admin_url}/metrics")
+    measured = samples["qos_output_estimate_error_ratio_count{}"]
+    within = (
+        samples['qos_output_estimate_error_ratio_bucket{le="0.05"}']
+        - samples['qos_output_estimate_error_ratio_bucket{le="-0.05"}']
+    )
+    assert measured >= 1 and within == measured
     assert await stream_usage(url, include_usage=False) is None  # nothing added to it
     await wait_until(lambda: settled(settle_stack, "estimate") > estimated, what="estimated")
     guess = settled(settle_stack, "estimate") - estimated
