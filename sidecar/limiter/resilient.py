@@ -26,6 +26,11 @@ from sidecar.limiter.overlimit import OverLimitCache
 
 log = logging.getLogger(__name__)
 
+# Just after Redis is found back, a few calls may fail in a row before budgets go local
+# again, for this long.
+FAILURES_TO_GO_LOCAL = 3
+RETURN_GRACE_SECONDS = 1.0
+
 
 class LocalTokenBuckets:
     """In-memory token buckets, the same arithmetic as the Lua script's."""
@@ -81,6 +86,8 @@ class ResilientLimiter:
         self._local = LocalTokenBuckets()
         self.degraded = False
         self.switches = 0
+        self._failures = 0  # shared calls failed in a row
+        self._shared_since = float("-inf")  # when the probe last found Redis back
         self._probe: asyncio.Task[None] | None = None
 
     async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
@@ -89,7 +96,9 @@ class ResilientLimiter:
                 # A deadline on this task, not a task of its own (as wait_for makes): the
                 # decision path stays cheap.
                 async with asyncio.timeout(self._timeout):
-                    return await self._shared.acquire(cost, buckets)
+                    verdict = await self._shared.acquire(cost, buckets)
+                self._failures = 0
+                return verdict
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         return self._local.acquire(cost, self._my_share(buckets))
@@ -105,8 +114,15 @@ class ResilientLimiter:
         self._local.settle(delta, self._my_share(buckets))
 
     def _failed(self, error: Exception) -> None:
+        """This call is decided locally, and every call after it until the probe finds
+        Redis back; but just after a return, only after a few failures in a row: the
+        first calls to a master that just came back may miss the deadline while their
+        connections are made, and must not switch the sidecar back and forth."""
         redis_errors.note("limiter")
-        self._go_local(error)
+        self._failures += 1
+        returning = time.monotonic() - self._shared_since < RETURN_GRACE_SECONDS
+        if not returning or self._failures >= FAILURES_TO_GO_LOCAL:
+            self._go_local(error)
 
     def _my_share(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
         """Each bucket cut to this sidecar's share of it, while budgets are local."""
@@ -115,6 +131,7 @@ class ResilientLimiter:
 
     def _go_local(self, error: Exception) -> None:
         self.degraded = True
+        self._failures = 0
         self.switches += 1
         self._local.reset()
         log.warning(
@@ -133,6 +150,7 @@ class ResilientLimiter:
                 warm = getattr(self._shared, "warm", None)
                 if warm is not None:  # scripts in place before decisions need them
                     await asyncio.wait_for(warm(), 1.0)
+                self._shared_since = time.monotonic()
                 self.degraded = False
                 self.switches += 1
                 log.info("Redis is back: budgets are shared again")
