@@ -53,8 +53,11 @@ class Pools:
     def __iter__(self) -> Iterator[Pool]:
         return iter(self.by_name.values())
 
-    def __len__(self) -> int:
-        return len(self.by_name)
+    @property
+    def default(self) -> Pool:
+        """The pool of an unpooled configuration (and the catch-all of a pooled one), or
+        the first pool when none is named default."""
+        return self.by_name.get(DEFAULT_POOL) or next(iter(self.by_name.values()))
 
     @property
     def names(self) -> tuple[str, ...]:

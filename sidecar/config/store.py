@@ -70,8 +70,7 @@ class Snapshot:
 
     @property
     def default_pool(self) -> Pool:
-        """The pool of an unpooled configuration (and the catch-all of a pooled one)."""
-        return self.pools.get(DEFAULT_POOL) or next(iter(self.pools))
+        return self.pools.default
 
     def share(self, tier: Tier, pool: Pool | None = None) -> float:
         pool = pool or self.default_pool

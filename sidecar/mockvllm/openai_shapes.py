@@ -21,13 +21,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 class ResponseShaper:
     """Builds one request's response objects: whole, or as SSE chunks."""
 
-    def __init__(self, endpoint: Endpoint, model: str, request_id: str) -> None:
+    def __init__(self, endpoint: Endpoint, model: str) -> None:
         self.endpoint = endpoint
         self.model = model
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         # vLLM's ids: the prefix and 32 hex digits (a random UUID's).
         self.id = f"{prefix}-{uuid.uuid4().hex}"
-        self.request_id = request_id
         self.created = int(time.time())
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -204,7 +204,7 @@ class MockVllm:
             )
         except RequestRejected as error:
             return _error(400, str(error), error.param)
-        shaper = ResponseShaper(endpoint, self.settings.model_name, sequence.request_id)
+        shaper = ResponseShaper(endpoint, self.settings.model_name)
         seen = _echo(request, body, priority)
         try:
             if parsed.stream:

@@ -74,8 +74,7 @@ class AdmissionQueue:
             config = self._config()
             if self._resolved is None or self._resolved[0] is not config:
                 self._resolved = (config, resolve_pools(config))
-            pools = self._resolved[1]
-            pool = pools.get(DEFAULT_POOL) or next(iter(pools))
+            pool = self._resolved[1].default
         self._pools[pool.name] = pool
         return pool
 

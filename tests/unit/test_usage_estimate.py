@@ -32,7 +32,7 @@ def test_a_request_reserves_what_it_asked_for_or_the_tier_s_expected_output():
 
 
 def stream(endpoint: Endpoint, model: str, tokens: int, rng: random.Random) -> bytes:
-    shaper = ResponseShaper(endpoint, model, "1")
+    shaper = ResponseShaper(endpoint, model)
     chunks = [shaper.chunk(None, first=True)] if endpoint is Endpoint.CHAT else []
     for index in range(tokens):
         finish = "length" if index == tokens - 1 else None
