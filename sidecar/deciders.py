@@ -46,5 +46,6 @@ def build_decider(
             count_prompt=prompt_counter(settings),
             shedding=(lambda: monitor.state) if monitor else SheddingState,
             queue=queue,
+            projection=monitor,
         )
     raise SystemExit(f"unknown decider {settings.decider!r}; known: {', '.join(DECIDERS)}")

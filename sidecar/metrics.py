@@ -107,6 +107,14 @@ class BucketLevelCollector(Collector):
             "Tokens left in the tier's bucket of the pool at this sidecar's last call.",
             labels=["pool", "tier"],
         )
+        debt = GaugeMetricFamily(
+            "qos_bucket_debt_tokens",
+            "Tokens the tier's bucket of the pool owes (answers that cost more than they "
+            "reserved), at this sidecar's last call; it admits again once refilled past 0.",
+            labels=["pool", "tier"],
+        )
         for (pool, tier), level in sorted(self._levels.items()):
             family.add_metric([pool, tier.value], level)
+            debt.add_metric([pool, tier.value], max(0.0, -level))
         yield family
+        yield debt

@@ -90,7 +90,7 @@ def parse_vllm_metrics(
     """
     usage: dict[str, list[float]] = {name: [] for name in KV_USAGE}
     running = waiting = 0.0
-    blocks = 0
+    blocks = block_size = 0
     models: set[str] = set()
     any_vllm = False
     for family in text_string_to_metric_families(text):
@@ -106,6 +106,7 @@ def parse_vllm_metrics(
                 waiting += sample.value
             elif sample.name == CACHE_CONFIG:
                 blocks = max(blocks, _int_label(sample.labels.get("num_gpu_blocks")))
+                block_size = max(block_size, _int_label(sample.labels.get("block_size")))
     values = next((usage[name] for name in KV_USAGE if usage[name]), None)
     if values is None:
         if not any_vllm:
@@ -119,6 +120,7 @@ def parse_vllm_metrics(
         model=next(iter(models)) if len(models) == 1 else "",
         kv_cache_usage=min(max(sum(values) / len(values), 0.0), 1.0),
         kv_blocks_total=blocks,
+        kv_block_size=block_size,
         num_requests_running=int(running),
         num_requests_waiting=int(waiting),
         observed_unix_ms=int(time.time() * 1000),

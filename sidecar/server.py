@@ -29,6 +29,7 @@ from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
 from sidecar.metrics import BucketLevelCollector, SidecarMetrics
+from sidecar.overload.admission_records import AdmissionRecords
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
@@ -96,7 +97,10 @@ class SidecarServer:
             PeerRegistry(self.redis, sidecar_id),
         )
         self.monitor = LoadMonitor(
-            reports, self._snapshot, gateway_in_flight=self.queue.cluster_in_flight_in
+            reports,
+            self._snapshot,
+            gateway_in_flight=self.queue.cluster_in_flight_in,
+            records=AdmissionRecords(self.redis),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))

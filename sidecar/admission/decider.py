@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as redis
 
@@ -42,6 +42,7 @@ from sidecar.openai_api.request import (
     parse_completion_request,
 )
 from sidecar.openai_api.validate import validate
+from sidecar.overload.monitor import HeldAdmission
 from sidecar.overload.shedding import SheddingState, overload_refusal
 from sidecar.policy.cost import Charge, Reservation, charge
 from sidecar.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
@@ -60,6 +61,12 @@ INTERNAL_PREFIX = "x-qos-"
 POOL_HEADER = "x-qos-pool"
 # Marks a stream whose usage Envoy is to read for its settlement.
 USAGE_HEADER = "x-qos-usage"
+
+
+class Projection(Protocol):
+    def hold(
+        self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
+    ) -> HeldAdmission | None: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,9 @@ class AdmissionDecider:
         queue: AdmissionQueue | None = None,
         clock: Callable[[], float] = time.monotonic,
         sample: Callable[[], float] = random.random,
+        projection: Projection | None = None,  # admissions' load before pods report it
     ) -> None:
+        self._projection = projection
         self._snapshot = snapshot
         self._identity = identity
         self._limiter = limiter
@@ -184,18 +193,31 @@ class AdmissionDecider:
         overload = overload_refusal(request.tier, request.snapshot, pool_state)
         if overload is not None:  # decided without Redis
             return request.refuse(overload)
+        held = self._hold(request)  # counts in the pool's load until confirmed or not
+        try:
+            return await self._charge(request, pool_state, held)
+        finally:
+            if held is not None:
+                held.cancel()  # not admitted (a no-op when it was confirmed)
+
+    async def _charge(
+        self, request: _Request, pool_state: SheddingState, held: HeldAdmission | None
+    ) -> Decision:
+        """Take the request's cost from its budgets (one Redis call), then a slot."""
         cost = request.charge.reserved
         capacity = pool_state.capacity(request.pool)  # follows the pods that say theirs
         buckets = _buckets(request.snapshot, request.identity, request.pool, capacity)
         try:
-            verdict = await self._limiter.acquire(cost, buckets)
+            verdict = await self._limiter.acquire(cost, buckets, held and held.load)
             self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
             # Budgets are shared through Redis; without it, admit rather than refuse all.
             log.warning("limiter unavailable, admitting: %s", error)
+            _confirm(held, recorded_ms=0)
             return await self._take_slot(request, "limiter_unavailable")
         if verdict.allowed:
+            _confirm(held, verdict.recorded_ms)
             return await self._take_slot(_reserved(request, buckets))
         refused = buckets[verdict.refused or 0]
         if verdict.retry_after is None:
@@ -211,6 +233,7 @@ class AdmissionDecider:
                 retry_after=verdict.retry_after,
             )
         if not request.tier_config.sheddable:
+            _confirm(held, verdict.recorded_ms)
             return await self._take_slot(request, "admitted_over_budget")
         max_wait = request.tier_config.max_queue_wait_seconds
         ahead = self._budget_waiting.get(refused.key, 0.0) / refused.rate
@@ -222,6 +245,16 @@ class AdmissionDecider:
             )
         return request.refuse(Reason.SHED_TIER_BUDGET)
 
+    def _hold(self, request: _Request) -> HeldAdmission | None:
+        if self._projection is None:
+            return None
+        return self._projection.hold(
+            request.tier,
+            request.pool,
+            request.charge.prompt_tokens,
+            even_over_budget=not request.tier_config.sheddable,
+        )
+
     async def _wait_for_budget(
         self, request: _Request, cost: float, key: str, buckets: list[BucketSpec], verdict: Verdict
     ) -> Final:
@@ -232,9 +265,15 @@ class AdmissionDecider:
         try:
             while True:
                 await asyncio.sleep(verdict.retry_after or 0.0)
-                verdict = await self._limiter.acquire(cost, buckets)
-                if verdict.allowed:
-                    break
+                held = self._hold(request)
+                try:
+                    verdict = await self._limiter.acquire(cost, buckets, held and held.load)
+                    if verdict.allowed:
+                        _confirm(held, verdict.recorded_ms)
+                        break
+                finally:
+                    if held is not None:
+                        held.cancel()
                 if verdict.retry_after is None or self._clock() + verdict.retry_after > deadline:
                     return request.refuse(Reason.SHED_TIER_BUDGET)
         finally:
@@ -292,13 +331,17 @@ class AdmissionDecider:
             self._limiter.settle(tokens, reservation.buckets)
         )
         self._settling.add(task)
-        task.add_done_callback(self._settled)
+        task.add_done_callback(lambda done: self._settled(done, reservation))
 
-    def _settled(self, task: asyncio.Task[None]) -> None:
+    def _settled(self, task: asyncio.Task[float | None], reservation: Reservation) -> None:
         self._settling.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
             redis_errors.note("limiter")
             log.warning("settling a request failed: %s", task.exception())
+        elif (level := task.result()) is not None:  # a debt shows at once, not next call
+            self.bucket_levels[reservation.pool, reservation.tier] = level
 
     def _admit_with_slot(self, request: _Request, reason: str, slot: str, waited: float) -> Admit:
         admit = _admit(
@@ -308,6 +351,11 @@ class AdmissionDecider:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit
+
+
+def _confirm(held: HeldAdmission | None, recorded_ms: int) -> None:
+    if held is not None:
+        held.confirm(recorded_ms)
 
 
 def _buckets(
@@ -339,6 +387,8 @@ def _reserved(request: _Request, buckets: list[BucketSpec]) -> _Request:
         tuple(buckets),
         request.completion.endpoint is Endpoint.CHAT,
         request.completion.model or "",
+        request.pool.name,
+        request.tier,
     )
     return dataclasses.replace(request, reservation=reservation)
 

@@ -176,6 +176,10 @@ class OverloadConfig(_Strict):
     hysteresis: Annotated[float, Field(ge=0, le=0.5)] = 0.02
     # With no fresh report from any pod the load is unknown: these tiers are shed.
     shed_without_reports: tuple[Tier, ...] = (Tier.P2,)
+    # Between two reports of a pod, count what was admitted since (its prompt's KV
+    # blocks, one request in flight) in the load the shedding rules read, cluster-wide,
+    # so a burst stops at a watermark instead of overshooting it. false: reports alone.
+    project_admissions: bool = True
 
 
 class QueueConfig(_Strict):

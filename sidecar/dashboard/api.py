@@ -121,7 +121,8 @@ def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
                 "pool": pool.name,
                 "models": sorted(pool.models),
                 "pods": len(state.load.pods),
-                "free_kv": state.load.free_kv_ratio,
+                "free_kv": state.load.as_reported.free_kv_ratio,
+                "projected_free_kv": state.load.free_kv_ratio,
                 "slots": server.queue.cluster_in_flight_in(pool.name),
                 "max_concurrency": pool.fleet.max_concurrency,
                 "capacity": capacity,
@@ -173,9 +174,10 @@ async def _state(server: SidecarServer) -> dict[str, Any]:
                 "waiting": p.waiting,
                 "age": p.age_seconds,
             }
-            for p in load.pods
+            for p in load.as_reported.pods
         ],
-        "free_kv": load.free_kv_ratio,
+        "free_kv": load.as_reported.free_kv_ratio,
+        "projected_free_kv": load.free_kv_ratio,
         "in_flight": server.queue.cluster_in_flight,
         "leader": server.controller.leading,
         "adjustments": adjustments,

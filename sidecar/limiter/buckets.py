@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sidecar.config.pools import DEFAULT_POOL
+from sidecar.overload.admitted import AdmittedLoad
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,23 @@ class Verdict:
     refused: int | None = None  # index into the buckets asked for, when refused
     retry_after: float | None = None  # seconds; None when waiting can never help
     remaining: float = 0.0  # tokens left in the first bucket
+    # When the admission's load was recorded with the shared buckets (Redis time, ms);
+    # 0: not recorded.
+    recorded_ms: int = 0
 
 
 class Limiter(Protocol):
-    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
-        """Take `cost` from every bucket, or from none."""
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
+        """Take `cost` from every bucket, or from none; with `load`, record what the
+        admission adds to its pool's load where every sidecar sees it (if it can)."""
         ...
 
-    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         """Give `delta` back to every bucket (negative: take it, into debt down to minus
-        one burst): a finished request's real cost against what it reserved."""
+        one burst): a finished request's real cost against what it reserved. Returns the
+        first bucket's level after it (None when not known)."""
         ...
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
+from sidecar.overload.admitted import AdmittedLoad
 
 # The script rounds a wait up to the next millisecond: the level it implies is low by up
 # to a millisecond of refill, so the bound adds one.
@@ -30,7 +31,9 @@ class OverLimitCache:
         self._bounds: dict[tuple[str, float, float], tuple[float, float]] = {}
         self.hits = 0
 
-    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
         now = self._clock()
         for index, bucket in enumerate(buckets):
             known = self._bounds.get((bucket.key, bucket.rate, bucket.burst))
@@ -40,7 +43,7 @@ class OverLimitCache:
             if cost > most:
                 self.hits += 1
                 return Verdict(False, refused=index, retry_after=(cost - most) / bucket.rate)
-        verdict = await self._inner.acquire(cost, buckets)
+        verdict = await self._inner.acquire(cost, buckets, load)
         if not verdict.allowed and verdict.retry_after and verdict.refused is not None:
             bucket = buckets[verdict.refused]
             waited = max(0.0, verdict.retry_after - ROUNDING_SECONDS)
@@ -56,11 +59,12 @@ class OverLimitCache:
             }
         return verdict
 
-    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
-        await self._inner.settle(delta, buckets)
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
+        level = await self._inner.settle(delta, buckets)
         if delta > 0:  # given back: the buckets may hold more than any bound kept here
             for bucket in buckets:
                 self._bounds.pop((bucket.key, bucket.rate, bucket.burst), None)
+        return level
 
 
 def _at_most(bound: tuple[float, float], rate: float, now: float) -> float:

@@ -8,6 +8,7 @@ from importlib import resources
 import redis.asyncio as redis
 
 from sidecar.limiter.buckets import BucketSpec, Verdict
+from sidecar.overload.admitted import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, admitted_key
 
 SCRIPT = resources.files("sidecar.limiter").joinpath("token_bucket.lua").read_text()
 SETTLE = resources.files("sidecar.limiter").joinpath("settle.lua").read_text()
@@ -28,27 +29,33 @@ class RedisTokenBuckets:
         for script in (SCRIPT, SETTLE):
             await self._client.script_load(script)
 
-    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
         for index, bucket in enumerate(buckets):
             if cost > bucket.burst:  # can never fit: no need to ask Redis
                 return Verdict(False, refused=index, retry_after=None, remaining=bucket.burst)
-        args: list[float] = [cost]
+        keys = [b.key for b in buckets]
+        args: list[float | str] = [cost]
         for bucket in buckets:
             args += [bucket.rate, bucket.burst]
-        allowed, refused, wait_ms, remaining = await self._script(
-            keys=[b.key for b in buckets], args=args
-        )
+        if load is not None:  # the record lives in the tier's slot, as the buckets do
+            keys.append(admitted_key(load.tier))
+            args += [load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
+            args.append(1 if load.even_over_budget else 0)
+        allowed, refused, wait_ms, remaining, recorded = await self._script(keys=keys, args=args)
         if allowed:
-            return Verdict(True, remaining=float(remaining))
+            return Verdict(True, remaining=float(remaining), recorded_ms=int(recorded))
         return Verdict(
             False,
             refused=int(refused) - 1,
             retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
             remaining=float(remaining),
+            recorded_ms=int(recorded),
         )
 
-    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         args: list[float] = [delta]
         for bucket in buckets:
             args += [bucket.rate, bucket.burst]
-        await self._settle(keys=[b.key for b in buckets], args=args)
+        return float(await self._settle(keys=[b.key for b in buckets], args=args))

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from sidecar import redis_errors
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
 from sidecar.limiter.overlimit import OverLimitCache
+from sidecar.overload.admitted import AdmittedLoad
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +61,16 @@ class LocalTokenBuckets:
             self._state[bucket.key] = (tokens - cost, now)
         return Verdict(True, remaining=levels[0] - cost)
 
-    def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+    def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         """settle.lua's arithmetic: refill, add `delta`, keep within [-burst, burst]."""
         now = self._clock()
+        levels = []
         for bucket in buckets:
             tokens, at = self._state.get(bucket.key, (bucket.burst, now))
             tokens = min(bucket.burst, tokens + max(0.0, now - at) * bucket.rate)
-            self._state[bucket.key] = (max(-bucket.burst, min(bucket.burst, tokens + delta)), now)
+            levels.append(max(-bucket.burst, min(bucket.burst, tokens + delta)))
+            self._state[bucket.key] = (levels[-1], now)
+        return levels[0] if levels else None
 
 
 class ResilientLimiter:
@@ -90,20 +94,23 @@ class ResilientLimiter:
         self._shared_since = float("-inf")  # when the probe last found Redis back
         self._probe: asyncio.Task[None] | None = None
 
-    async def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
         if not self.degraded:
             try:
                 # A deadline on this task, not a task of its own (as wait_for makes): the
                 # decision path stays cheap.
                 async with asyncio.timeout(self._timeout):
-                    verdict = await self._shared.acquire(cost, buckets)
+                    verdict = await self._shared.acquire(cost, buckets, load)
                 self._failures = 0
                 return verdict
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
+        # Decided here alone: the load is projected by this sidecar only (not recorded).
         return self._local.acquire(cost, self._my_share(buckets))
 
-    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> None:
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         if not self.degraded:
             try:
                 async with asyncio.timeout(self._timeout):
@@ -111,7 +118,7 @@ class ResilientLimiter:
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # The cost was taken whole from this sidecar's share: settled whole there too.
-        self._local.settle(delta, self._my_share(buckets))
+        return self._local.settle(delta, self._my_share(buckets))
 
     def _failed(self, error: Exception) -> None:
         """This call is decided locally, and every call after it until the probe finds

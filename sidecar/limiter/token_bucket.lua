@@ -1,27 +1,35 @@
--- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically.
+-- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically; and record
+-- the admission for the pools' projected load (overload/admitted.py) in the same call.
 --
--- KEYS[i]        a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
--- ARGV[1]        cost, in tokens
+-- KEYS[i], i <= n   a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
+-- KEYS[n + 1]       optional: the tier's record of recent admissions (hash)
+-- ARGV[1]           cost, in tokens
 -- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
+-- with a record, then: KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
 --
 -- Time is Redis's own clock (TIME), never a caller's: sidecars on many hosts share
 -- these buckets and their clocks differ. A missing key is a full bucket, so every key
 -- expires once it would have refilled anyway.
 --
 -- Returns {allowed (1|0), refused bucket index (0 if none), retry after (ms, -1 if
--- never: cost above that bucket's burst), tokens left in bucket 1 (string)}.
+-- never: cost above that bucket's burst), tokens left in bucket 1 (string), when the
+-- admission was recorded (Redis time, ms; 0: not recorded)}.
 
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
 local cost = tonumber(ARGV[1])
+local n = #KEYS
+if #ARGV > 2 * n + 1 then
+  n = n - 1
+end
 local levels = {}
 local refused, longest_wait = 0, 0
 
-for i = 1, #KEYS do
+for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
   if cost > burst then
-    return {0, i, -1, tostring(burst)}
+    return {0, i, -1, tostring(burst), 0}
   end
   local state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
   local tokens, ts = tonumber(state[1]), tonumber(state[2])
@@ -38,15 +46,30 @@ for i = 1, #KEYS do
   end
 end
 
-if refused > 0 then
-  return {0, refused, longest_wait, tostring(levels[1])}
+-- Recent admissions: per slot of `slot` ms and pool, fields "<slot>|b|<pool>" (blocks)
+-- and "<slot>|n|<pool>" (requests); readers drop the old ones (read_admitted.lua).
+local function record()
+  if n == #KEYS or (refused > 0 and ARGV[2 * n + 6] ~= '1') then
+    return 0
+  end
+  local base = 2 * n + 1
+  local key, pool = KEYS[n + 1], ARGV[base + 2]
+  local slot = math.floor(now / tonumber(ARGV[base + 3]))
+  redis.call('HINCRBY', key, slot .. '|b|' .. pool, tonumber(ARGV[base + 1]))
+  redis.call('HINCRBY', key, slot .. '|n|' .. pool, 1)
+  redis.call('PEXPIRE', key, tonumber(ARGV[base + 4]))
+  return math.floor(now)
 end
 
-for i = 1, #KEYS do
+if refused > 0 then
+  return {0, refused, longest_wait, tostring(levels[1]), record()}
+end
+
+for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
   local left = levels[i] - cost
   redis.call('HSET', KEYS[i], 'tokens', tostring(left), 'ts', tostring(now))
   redis.call('PEXPIRE', KEYS[i], math.ceil((burst - left) * 1000 / rate) + 1000)
 end
-return {1, 0, 0, tostring(levels[1] - cost)}
+return {1, 0, 0, tostring(levels[1] - cost), record()}

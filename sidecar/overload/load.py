@@ -9,15 +9,21 @@ not report its block count is weighted as the median of those that do (all alike
 none do). In flight: Σ (running_i + waiting_i), the requests the engines hold. Capacity:
 Σ of what the pods say they prefill, a pod that says nothing counted as the median one
 (None when no pod says: the configured figure holds).
+
+Projected load (overload/admitted.py): what was admitted since a pod's report, that pod's
+share of it by its size, is added to the blocks in use and to the requests in flight;
+`reported` keeps the view the reports alone give.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sidecar.config.pools import Pools
+from sidecar.overload.admitted import DEFAULT_BLOCK_SIZE, Recent, unreported
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class PodLoad:
     model: str = ""  # the served model name vLLM's metrics carry
     pool: str = ""  # the pool its reporter named; "": the pool serving `model`
     capacity_tokens_per_second: float = 0.0  # 0 when its reporter was not told
+    kv_block_size: int = 0  # tokens per KV block, 0 when unknown
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,54 @@ class ClusterLoad:
     in_flight: int
     # What the pods say they prefill, tokens a second; None when none says.
     capacity_tokens_per_second: float | None = None
+    kv_blocks_total: float = 0.0  # over the pods, 0 when none says its count
+    kv_block_size: int = DEFAULT_BLOCK_SIZE  # the pods' (median), vLLM's default if unsaid
+    # Admitted since the reports, not yet in them (projected), and the reports' own view.
+    unreported_blocks: float = 0.0
+    unreported_requests: float = 0.0
+    reported: ClusterLoad | None = None
 
     @property
     def known(self) -> bool:
         return bool(self.pods)
+
+    @property
+    def as_reported(self) -> ClusterLoad:
+        return self.reported or self
+
+    def unreported_in(self, recent: list[Recent]) -> tuple[float, float]:
+        """Blocks and requests of `recent` admissions the reports do not show yet: each
+        pod's share (by its size, as the load balancer spreads them) of those admitted
+        since its own report."""
+        pods = self.as_reported.pods
+        if not pods or not recent:
+            return 0.0, 0.0
+        weights = _stand_in_for_unknown([p.kv_blocks_total for p in pods])
+        total = sum(weights)
+        blocks = requests = 0.0
+        for weight, pod in zip(weights, pods, strict=True):
+            pod_blocks, pod_requests = unreported(recent, pod.age_seconds)
+            blocks += pod_blocks * weight / total
+            requests += pod_requests * weight / total
+        return blocks, requests
+
+    def plus(self, blocks: float, requests: float) -> ClusterLoad:
+        """The reported load with `blocks` and `requests` more (projected). Free KV moves
+        only when the pods say how many blocks they have."""
+        base = self.as_reported
+        if not base.known or (blocks <= 0 and requests <= 0):
+            return base
+        free = base.free_kv_ratio
+        if free is not None and base.kv_blocks_total > 0:
+            free = max(0.0, free - blocks / base.kv_blocks_total)
+        return dataclasses.replace(
+            base,
+            free_kv_ratio=free,
+            in_flight=base.in_flight + round(requests),
+            unreported_blocks=blocks,
+            unreported_requests=requests,
+            reported=base,
+        )
 
 
 def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
@@ -58,8 +109,14 @@ def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
     )
     capacities = [p.capacity_tokens_per_second for p in fresh]
     capacity = sum(_stand_in_for_unknown(capacities)) if any(c > 0 for c in capacities) else None
+    sizes = [p.kv_block_size for p in fresh if p.kv_block_size > 0]
     return ClusterLoad(
-        fresh, free / sum(weights), sum(p.running + p.waiting for p in fresh), capacity
+        fresh,
+        free / sum(weights),
+        sum(p.running + p.waiting for p in fresh),
+        capacity,
+        kv_blocks_total=sum(weights) if any(p.kv_blocks_total > 0 for p in fresh) else 0.0,
+        kv_block_size=round(statistics.median(sizes)) if sizes else DEFAULT_BLOCK_SIZE,
     )
 
 

@@ -1,9 +1,15 @@
 """Keeps the cluster load and the overload shedding state current, in the background.
 
 Every `interval` (100 ms) it reads the fresh pod reports from Redis in one round trip,
-aggregates them and updates the shedding state; requests only read that state. If Redis
-cannot be read, the last view is kept until it is older than the reports' TTL, then the
-load counts as unknown.
+and the admissions every sidecar recorded since (one call per tier), aggregates them and
+updates the shedding state; requests only read that state. If Redis cannot be read, the
+last view is kept until it is older than the reports' TTL, then the load counts as
+unknown.
+
+Projection (overload/admitted.py): an admission this sidecar decides counts in its
+pool's load at once, from before its budget call (so concurrent decisions see each
+other), until the records read from Redis hold it; what it could not record there
+counts here until its pods report after it.
 """
 
 from __future__ import annotations
@@ -20,14 +26,55 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.schema import Tier
+from sidecar.config.pools import Pool
+from sidecar.config.schema import OverloadConfig, Tier
 from sidecar.config.store import Snapshot
-from sidecar.overload.load import PodLoad, aggregate, pool_of
+from sidecar.overload.admission_records import AdmissionRecords
+from sidecar.overload.admitted import (
+    OVERLAP_SECONDS,
+    SLOT_MS,
+    AdmittedLoad,
+    Recent,
+    RecentAdmissions,
+    admitted_load,
+)
+from sidecar.overload.load import ClusterLoad, PodLoad, aggregate, pool_of
 from sidecar.overload.priority_check import priority_unconfirmed
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.shedding import SheddingState
 
 log = logging.getLogger(__name__)
+
+
+class HeldAdmission:
+    """One admission's projected load, from its decision until the reports show it."""
+
+    def __init__(
+        self,
+        load: AdmittedLoad,
+        clock: Callable[[], float],
+        release: Callable[[HeldAdmission], None],
+    ) -> None:
+        self.load = load
+        self._clock = clock
+        self.at = clock()
+        self.confirmed_at: float | None = None
+        # When its budget call recorded it in Redis (Redis time, ms; 0: not recorded):
+        # from the first read after that, it is counted from there.
+        self.recorded_ms = 0
+        self.cancelled = False
+        self._release = release
+
+    def confirm(self, recorded_ms: int) -> None:
+        """Admitted; `recorded_ms`: when its budget call recorded it in Redis, or 0."""
+        if not self.cancelled:
+            self.confirmed_at, self.recorded_ms = self._clock(), recorded_ms
+
+    def cancel(self) -> None:
+        """Not admitted after all: it adds nothing."""
+        if not self.cancelled and self.confirmed_at is None:
+            self.cancelled = True
+            self._release(self)
 
 
 class LoadMonitor:
@@ -38,8 +85,10 @@ class LoadMonitor:
         interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         gateway_in_flight: Callable[[str | None], int] = lambda _pool: 0,
+        records: AdmissionRecords | None = None,
     ) -> None:
         self._store = store
+        self._records = records
         self._gateway_in_flight = gateway_in_flight
         self._snapshot = snapshot
         self._interval = interval
@@ -49,6 +98,12 @@ class LoadMonitor:
         self.priority_unconfirmed: dict[str, list[str]] = {}
         self._read_at = clock()
         self._background = Background()
+        # Projection: admissions recorded by every sidecar since the oldest fresh report,
+        # per pool, as last read; those decided here not yet in that read; and per pool
+        # what both add to the reported load.
+        self._recent = RecentAdmissions()
+        self._held: list[HeldAdmission] = []
+        self._unreported: dict[str, tuple[float, float]] = {}
 
     async def start(self) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -62,12 +117,15 @@ class LoadMonitor:
         config = self._snapshot().config
         try:
             pods = await self._store.fresh()
+            recent = await self._read_recent(pods, config.overload)
         except redis.RedisError:
             if self._clock() - self._read_at < config.overload.report_ttl_seconds:
                 raise
-            pods = []  # the last view is as stale as a missing report
+            pods, recent = [], RecentAdmissions()  # as stale as a missing report
         else:
             self._read_at = self._clock()
+        self._forget_held(recent, config.overload.report_ttl_seconds)
+        self._recent = recent
         before = dict(self.state.shedding)
         self._update(pods)
         self._check_priority(config.engine.send_priority)
@@ -87,6 +145,72 @@ class LoadMonitor:
     def snapshot(self) -> Snapshot:
         return self._snapshot()
 
+    async def _read_recent(self, pods: list[PodLoad], overload: OverloadConfig) -> RecentAdmissions:
+        """The admissions recorded since the oldest fresh report, per pool."""
+        if self._records is None or not overload.project_admissions or not pods:
+            return RecentAdmissions()
+        oldest = max(pod.age_seconds for pod in pods)
+        newer_than = oldest + OVERLAP_SECONDS + SLOT_MS / 1000
+        return await self._records.recent(newer_than, overload.report_ttl_seconds + 1.0)
+
+    def hold(
+        self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
+    ) -> HeldAdmission | None:
+        """Count an admission being decided in its pool's load at once; the caller
+        confirms or cancels it. None when the configuration projects nothing."""
+        if not self._snapshot().config.overload.project_admissions:
+            return None
+        block_size = self.state.for_pool(pool.name).load.kv_block_size
+        load = admitted_load(tier.value, pool.name, prompt_tokens, block_size, even_over_budget)
+        held = HeldAdmission(load, self._clock, self._release)
+        self._held.append(held)
+        self._add(pool.name, load.blocks, 1.0)
+        return held
+
+    def _release(self, held: HeldAdmission) -> None:
+        self._add(held.load.pool, -held.load.blocks, -1.0)
+
+    def _add(self, pool_name: str, blocks: float, requests: float) -> None:
+        """The pool's projection changed by this much: its shedding follows at once."""
+        was_blocks, was_requests = self._unreported.get(pool_name, (0.0, 0.0))
+        self._unreported[pool_name] = (was_blocks + blocks, was_requests + requests)
+        snapshot = self._snapshot()
+        pool = snapshot.pools.get(pool_name)
+        state = self.state.pools.get(pool_name)
+        if pool is None or state is None:
+            return
+        projected = state.load.plus(*self._unreported[pool_name])
+        state.update(projected, snapshot.config, self._gateway_in_flight(pool_name), pool)
+
+    def _forget_held(self, read: RecentAdmissions, ttl: float) -> None:
+        """Drop what the read just done holds, what was cancelled, and what is older than
+        any fresh report could be."""
+        now = self._clock()
+        self._held = [
+            held
+            for held in self._held
+            if not held.cancelled
+            and now - held.at < ttl
+            and not read.holds(held.load.tier, held.recorded_ms)
+        ]
+
+    def _recent_in(self, pool: str | None) -> list[Recent]:
+        """The admissions not yet in every report: as read, and those held here (still
+        being decided: as new; not recorded in Redis: by their age)."""
+        now = self._clock()
+        recent = [
+            entry
+            for name, entries in self._recent.by_pool.items()
+            if pool is None or name == pool
+            for entry in entries
+        ]
+        for held in self._held:
+            if pool is None or held.load.pool == pool:
+                counted_anyway = held.confirmed_at is None or held.recorded_ms > 0
+                age = 0.0 if counted_anyway else now - held.at
+                recent.append(Recent(age, held.load.blocks, 1.0))
+        return recent
+
     def _check_priority(self, send_priority: bool) -> None:
         unconfirmed = priority_unconfirmed(self.state.load.pods, send_priority)
         if unconfirmed == self.priority_unconfirmed:
@@ -103,14 +227,16 @@ class LoadMonitor:
     def reevaluate(self) -> None:
         """Apply a new configuration to the load last read, without waiting for the next
         read (thresholds and limits changed)."""
-        self._update(self.state.load.pods)
+        self._update(self.state.load.as_reported.pods)
 
     def _update(self, pods: Iterable[PodLoad]) -> None:
-        """The state over all pods, and each pool's over its own pods."""
+        """The state over all pods, and each pool's over its own pods, projected."""
         snapshot = self._snapshot()
         config, pools = snapshot.config, snapshot.pools
         pods = tuple(pods)
-        self.state.update(aggregate(pods), config, self._gateway_in_flight(None))
+        self.state.update(
+            self._projected(aggregate(pods), None), config, self._gateway_in_flight(None)
+        )
         by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
         for pod in pods:
             pool = pool_of(pod, pools)
@@ -119,10 +245,16 @@ class LoadMonitor:
         states = {}
         for pool in pools:
             state = self.state.pools.get(pool.name) or SheddingState()
-            load = aggregate(by_pool[pool.name])
+            load = self._projected(aggregate(by_pool[pool.name]), pool.name)
             state.update(load, config, self._gateway_in_flight(pool.name), pool)
             states[pool.name] = state
         self.state.pools = states
+
+    def _projected(self, load: ClusterLoad, pool: str | None) -> ClusterLoad:
+        unreported = load.unreported_in(self._recent_in(pool))
+        if pool is not None:
+            self._unreported[pool] = unreported
+        return load.plus(*unreported)
 
     async def _run(self) -> None:
         while True:
@@ -142,7 +274,7 @@ class LoadCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self._monitor.state
-        load = state.load
+        load = state.load.as_reported
         yield GaugeMetricFamily(
             "qos_pods_reporting", "Pods with a fresh load report.", value=len(load.pods)
         )
@@ -209,6 +341,22 @@ class LoadCollector(Collector):
             "Capacity-weighted free KV-cache ratio of the pool's reporting pods.",
             labels=labels,
         )
+        projected_free = GaugeMetricFamily(
+            "qos_pool_projected_free_kv_ratio",
+            "The pool's free KV-cache ratio with what was admitted since its pods' reports "
+            "(what the shedding rules read).",
+            labels=labels,
+        )
+        unreported = GaugeMetricFamily(
+            "qos_pool_unreported_kv_blocks",
+            "KV blocks of the admissions the pool's pods have not reported yet (projected).",
+            labels=labels,
+        )
+        projected_in_flight = GaugeMetricFamily(
+            "qos_pool_projected_requests_in_flight",
+            "The pool's engines' requests with those admitted since their reports.",
+            labels=labels,
+        )
         in_flight = GaugeMetricFamily(
             "qos_pool_requests_in_flight",
             "Requests running or waiting in the pool's engines.",
@@ -231,11 +379,15 @@ class LoadCollector(Collector):
         )
         for pool in pools:
             state = self._monitor.state.for_pool(pool.name)
-            load = state.load
+            projected, load = state.load, state.load.as_reported
             reporting.add_metric([pool.name], len(load.pods))
             if load.free_kv_ratio is not None:
                 free.add_metric([pool.name], load.free_kv_ratio)
+            if projected.free_kv_ratio is not None:
+                projected_free.add_metric([pool.name], projected.free_kv_ratio)
             in_flight.add_metric([pool.name], load.in_flight)
+            projected_in_flight.add_metric([pool.name], projected.in_flight)
+            unreported.add_metric([pool.name], projected.unreported_blocks)
             in_force = state.capacity(pool)
             capacity.add_metric([pool.name], in_force)
             for tier in Tier:
@@ -243,4 +395,5 @@ class LoadCollector(Collector):
                 rule = reason.value if reason else "none"
                 shedding.add_metric([pool.name, tier.value, rule], 1 if reason else 0)
                 rate.add_metric([pool.name, tier.value], snapshot.share(tier, pool) * in_force)
-        yield from (reporting, free, in_flight, capacity, shedding, rate)
+        yield from (reporting, free, projected_free, unreported, in_flight, projected_in_flight)
+        yield from (capacity, shedding, rate)

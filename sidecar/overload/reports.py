@@ -64,6 +64,7 @@ class ReportStore:
                     model=report.model,
                     pool=report.pool,
                     capacity_tokens_per_second=max(report.capacity_tokens_per_second, 0.0),
+                    kv_block_size=report.kv_block_size,
                 )
             )
         if dead:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.config.schema import TierConfig
+from sidecar.config.schema import Tier, TierConfig
 from sidecar.limiter.buckets import BucketSpec
 
 
@@ -54,3 +54,5 @@ class Reservation:
     buckets: tuple[BucketSpec, ...]
     chat: bool  # a chat completion (else a text completion), for estimating the output
     model: str
+    pool: str  # whose tier bucket comes first in `buckets`
+    tier: Tier

@@ -11,11 +11,13 @@ import time
 import aiohttp
 import pytest
 
+from sidecar.server import UNLOGGED_GRACE_SECONDS
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 KEY = "settle-p1"
+ONCE_KEY = "settle-once-p1"  # a tenant of its own: the floods above leave KEY's bucket dry
 RATE = 4_000  # the tenant's tokens a second, input + output
 BURST_SECONDS = 1.0  # its bucket holds a second of its rate: one 2 020-token request fits
 
@@ -26,6 +28,9 @@ def settle_stack(tmp_path_factory):
     with stack_with_tenants(tmp_path_factory.mktemp("settle-stack"), {}, time_scale=0.01) as stack:
         stack.config.tenant(
             "settle", "p1", KEY, rate_tokens_per_second=RATE, burst_seconds=BURST_SECONDS
+        )
+        stack.config.tenant(
+            "settle-once", "p1", ONCE_KEY, rate_tokens_per_second=RATE, burst_seconds=5
         )
         stack.config.set({"tiers": {"p1": {"output_weight": 1.0}}})
         yield stack
@@ -132,3 +137,56 @@ async def test_a_stream_is_settled_from_its_usage_when_it_carries_one_else_by_it
     await wait_until(lambda: settled(settle_stack, "estimate") > estimated, what="estimated")
     guess = settled(settle_stack, "estimate") - estimated
     assert abs(guess - 300) <= 300 * 0.05, guess
+
+
+async def exchange(url: str, body: dict, read_lines: int | None = None) -> None:
+    """One P1 exchange; with `read_lines`, a stream the client leaves after that many."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{url}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {ONCE_KEY}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        read = 0
+        async for _line in response.content:
+            read += 1
+            if read_lines is not None and read >= read_lines:
+                return  # leaves: the connection is closed mid-stream
+
+
+def settlement_counts(stack) -> tuple[float, float, float]:
+    """P1's reserved output tokens settled so far, its exact and estimated settled ones."""
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return (
+        samples.get('qos_output_reserved_tokens_total{tier="p1"}', 0.0),
+        samples.get('qos_output_settled_tokens_total{source="usage",tier="p1"}', 0.0),
+        samples.get('qos_output_settled_tokens_total{source="estimate",tier="p1"}', 0.0),
+    )
+
+
+async def test_each_exchange_is_settled_once_even_when_its_stream_is_aborted(settle_stack):
+    url = settle_stack.envoy_url
+    reserved, exact, estimated = settlement_counts(settle_stack)
+    whole = chat(300, ignore_eos=True)
+    streamed = {**whole, "stream": True, "stream_options": {"include_usage": True}}
+    # Every one of them is seen twice: by its access-log entry and by the end of its
+    # ext_proc stream (the aborted one: its client left, then Envoy logged it).
+    await exchange(url, whole)
+    await exchange(url, streamed)
+    await exchange(url, {**whole, "stream": True}, read_lines=20)
+    await wait_until(
+        lambda: settlement_counts(settle_stack)[0] == reserved + 3 * 300,
+        what="three exchanges settled",
+    )
+    now_reserved, now_exact, now_estimated = settlement_counts(settle_stack)
+    assert now_exact == exact + 2 * 300  # the two answers' usage, once each
+    assert 0 < now_estimated - estimated < 300  # the aborted stream, what it was sent
+    # Past the moment a stream's end gives back a slot its access log did not: nothing
+    # is settled a second time.
+    deadline = time.monotonic() + 1.5 * UNLOGGED_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        assert settlement_counts(settle_stack) == (now_reserved, now_exact, now_estimated)
+        await asyncio.sleep(0.05)

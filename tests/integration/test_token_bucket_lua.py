@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sidecar.limiter.buckets import BucketSpec, tenant_bucket_key, tier_bucket_key
 from sidecar.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
+from sidecar.overload.admission_records import AdmissionRecords
+from sidecar.overload.admitted import SLOT_MS, AdmittedLoad, admitted_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -106,3 +110,35 @@ async def test_script_survives_a_script_flush(aredis):
     await aredis.script_flush()
     assert (await buckets.acquire(1, [TIER])).allowed
     assert await tokens(aredis, TIER.key) == pytest.approx(498, abs=1)
+
+
+async def test_admissions_are_recorded_with_their_budget_call_and_read_back(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    records = AdmissionRecords(aredis)
+    p1 = AdmittedLoad("p1", "default", blocks=3)
+    first = await buckets.acquire(100, [TIER], p1)
+    assert first.recorded_ms >= await server_ms(aredis) - 1000  # Redis's time
+    assert (await buckets.acquire(100, [TIER, TENANT], p1)).recorded_ms >= first.recorded_ms
+    assert (await buckets.acquire(100, [TIER])).recorded_ms == 0  # nothing asked
+    # Refused: not recorded, unless the tier is admitted over its budget anyway.
+    refused = await buckets.acquire(400, [TIER], AdmittedLoad("p1", "pool-b", blocks=9))
+    assert not refused.allowed and not refused.recorded_ms
+    over = await buckets.acquire(400, [TIER], AdmittedLoad("p1", "pool-b", 9, True))
+    assert not over.allowed and over.recorded_ms
+    await RedisTokenBuckets(aredis).acquire(1, [BucketSpec(tier_bucket_key("p2"), 10, 10)], p1)
+
+    read = await records.recent(newer_than=5.0, keep=10.0)
+    assert read.holds("p1", first.recorded_ms)  # recorded before the read
+    assert not read.holds("p1", read.read_ms["p1"]) and not read.holds("p1", 0)
+    recent = read.by_pool
+    assert set(recent) == {"default", "pool-b"}
+    assert sum(r.blocks for r in recent["default"]) == 3 * 3  # p1 twice, p2 once
+    assert sum(r.requests for r in recent["default"]) == 3
+    assert sum(r.blocks for r in recent["pool-b"]) == 9
+    assert all(0 <= r.age_seconds < 5 for r in recent["default"])
+    # Once their slot has ended, a reader keeping nothing older deletes them.
+    keys = [admitted_key(tier) for tier in ("p1", "p2")]
+    while any([await aredis.hlen(key) for key in keys]):
+        await asyncio.sleep(SLOT_MS / 1000)  # polling: the slot ends on Redis's clock
+        await records.recent(newer_than=0.0, keep=0.0)
+    assert (await records.recent(newer_than=5.0, keep=10.0)).by_pool == {}

@@ -36,7 +36,7 @@ class FakeLimiter:
         self.verdict = verdict
         self.calls: list[tuple[float, list]] = []
 
-    async def acquire(self, cost, buckets):
+    async def acquire(self, cost, buckets, load=None):
         self.calls.append((cost, list(buckets)))
         if isinstance(self.verdict, Exception):
             raise self.verdict
@@ -46,7 +46,7 @@ class FakeLimiter:
 class RefillsSoon(FakeLimiter):
     """Refuses the first call (the bucket refills in 10 ms), allows every other."""
 
-    async def acquire(self, cost, buckets):
+    async def acquire(self, cost, buckets, load=None):
         self.calls.append((cost, list(buckets)))
         if len(self.calls) == 1:
             return Verdict(False, refused=0, retry_after=0.01)

@@ -22,7 +22,7 @@ class Counting:
         self.buckets = LocalTokenBuckets(clock)
         self.calls = 0
 
-    async def acquire(self, cost, buckets) -> Verdict:
+    async def acquire(self, cost, buckets, load=None) -> Verdict:
         self.calls += 1
         return self.buckets.acquire(cost, buckets)
 

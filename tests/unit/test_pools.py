@@ -169,7 +169,7 @@ def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDeci
     calls: list = []
 
     class Limiter:
-        async def acquire(self, cost, buckets):
+        async def acquire(self, cost, buckets, load=None):
             calls.append(list(buckets))
             return Verdict(True)
 

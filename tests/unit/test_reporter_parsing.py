@@ -20,6 +20,7 @@ def test_vllm_033_with_two_data_parallel_engines():
     assert report.kv_cache_usage == pytest.approx(0.30)
     assert (report.num_requests_running, report.num_requests_waiting) == (20, 4)
     assert report.kv_blocks_total == 54_272
+    assert report.kv_block_size == 16
     assert report.model == "Qwen/Qwen2.5-7B-Instruct"
     assert report.scheduling_policy == "priority"
 
@@ -29,6 +30,7 @@ def test_vllm_06_legacy_names():
     assert report.kv_cache_usage == pytest.approx(0.8731)
     assert (report.num_requests_running, report.num_requests_waiting) == (24, 6)
     assert report.kv_blocks_total == 27_987
+    assert report.kv_block_size == 16
     assert report.model == "meta-llama/Llama-3.1-8B-Instruct"
     assert report.scheduling_policy == ""  # unknown unless the operator says
 

@@ -64,6 +64,7 @@ function render(state) {
     cell(row, pool.models.length ? pool.models.join(", ") : "every other model");
     cell(row, pool.pods);
     cell(row, percent(pool.free_kv));
+    cell(row, percent(pool.projected_free_kv));
     cell(row, `${pool.slots} / ${pool.max_concurrency}`);
     cell(row, Math.round(pool.capacity));
     cell(row, TIERS.map((tier) => Math.round(pool.rates[tier])).join(" / "));

@@ -1,0 +1,48 @@
+"""The recent admissions every sidecar recorded with its budget calls, read back from
+Redis: one call per tier (each tier's record sits in its buckets' slot)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from importlib import resources
+
+import redis.asyncio as redis
+
+from sidecar.config.schema import Tier
+from sidecar.overload.admitted import SLOT_MS, Recent, RecentAdmissions, admitted_key
+
+_READ = resources.files("sidecar.overload").joinpath("read_admitted.lua").read_text()
+
+
+class AdmissionRecords:
+    def __init__(self, client: redis.Redis) -> None:
+        self._read = client.register_script(_READ)
+
+    async def recent(self, newer_than: float, keep: float) -> RecentAdmissions:
+        """Per pool, the slots that ended less than `newer_than` seconds ago; slots that
+        ended more than `keep` seconds ago are deleted (no fresh report is that old)."""
+        args = [SLOT_MS, round(newer_than * 1000), round(keep * 1000)]
+        replies = await asyncio.gather(
+            *(self._read(keys=[admitted_key(tier.value)], args=args) for tier in Tier)
+        )
+        # (pool, slot) → [blocks, requests], summed over the tiers, with Redis's clock.
+        slots: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        ages: dict[tuple[str, int], float] = {}
+        read_ms = {}
+        for tier, reply in zip(Tier, replies, strict=True):
+            now_ms, fields = int(reply[0]), reply[1:]
+            read_ms[tier.value] = now_ms
+            for field, value in zip(fields[::2], fields[1::2], strict=True):
+                slot, kind, pool = _text(field).split("|", 2)
+                key = (pool, int(slot))
+                slots[key][0 if kind == "b" else 1] += float(value)
+                ages[key] = max(0.0, now_ms - (int(slot) + 1) * SLOT_MS) / 1000
+        recent: dict[str, list[Recent]] = defaultdict(list)
+        for (pool, slot), (blocks, requests) in slots.items():
+            recent[pool].append(Recent(ages[pool, slot], blocks, requests))
+        return RecentAdmissions(dict(recent), read_ms)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

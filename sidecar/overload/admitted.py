@@ -1,0 +1,78 @@
+"""What an admission adds to its pool's load before the pods report it. Pure.
+
+Pods report every 100 to 250 ms; a burst inside one interval would otherwise be admitted
+against the last reading and run the KV cache past a watermark before the next report
+says so. So every admission is projected at once: the KV blocks vLLM gives its prompt
+when it schedules it (prompt + the first output token, in blocks of the pool's block
+size) and one request in flight. It counts until a report newer than it arrives from
+the pod it went to (as the load balancer spreads requests, a pod's share of it).
+
+Cluster-wide, the token-bucket script that charges the admission also records it, in
+the tier's own hash (same slot, same call: no extra round trip), per pool and per
+`SLOT_MS` of Redis time; every sidecar reads those records with the pods' reports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Admissions are recorded per slot of Redis time this long.
+SLOT_MS = 50
+# A report received this soon after an admission may not show it yet (the request was
+# still on its way to the engine when the pod was scraped): it still counts.
+OVERLAP_SECONDS = 0.05
+# A record nobody writes to any more goes after this long (the longest report TTL, and
+# then some); readers drop its old slots sooner, by their own TTL.
+RECORD_EXPIRE_MS = 61_000
+# vLLM's default --block-size, for pods that do not report theirs.
+DEFAULT_BLOCK_SIZE = 16
+
+
+def admitted_key(tier: str) -> str:
+    """The tier's record of recent admissions: in its buckets' slot (hash tag)."""
+    return f"qos:{{bucket-{tier}}}:admitted"
+
+
+@dataclass(frozen=True)
+class AdmittedLoad:
+    tier: str
+    pool: str
+    blocks: int  # the KV blocks its prompt takes when the engine schedules it
+    # Recorded even when its budget refuses it (a tier never shed for budget).
+    even_over_budget: bool = False
+
+
+def admitted_load(
+    tier: str, pool: str, prompt_tokens: int, block_size: int, even_over_budget: bool = False
+) -> AdmittedLoad:
+    blocks = math.ceil((max(prompt_tokens, 0) + 1) / max(block_size, 1))
+    return AdmittedLoad(tier, pool, blocks, even_over_budget)
+
+
+@dataclass(frozen=True)
+class Recent:
+    """Admissions of one pool in one slot, as old as `age_seconds` (by their end)."""
+
+    age_seconds: float
+    blocks: float
+    requests: float
+
+
+@dataclass(frozen=True)
+class RecentAdmissions:
+    """One read of every tier's record: per pool, its slots; per tier, Redis's time (ms)
+    when its record was read."""
+
+    by_pool: dict[str, list[Recent]] = field(default_factory=dict)
+    read_ms: dict[str, int] = field(default_factory=dict)
+
+    def holds(self, tier: str, recorded_ms: int) -> bool:
+        """Whether an admission recorded at `recorded_ms` is in this read."""
+        return 0 < recorded_ms < self.read_ms.get(tier, 0)
+
+
+def unreported(recent: list[Recent], report_age_seconds: float) -> tuple[float, float]:
+    """Blocks and requests admitted since a report this old (with the overlap)."""
+    newer = [r for r in recent if r.age_seconds < report_age_seconds + OVERLAP_SECONDS]
+    return sum(r.blocks for r in newer), sum(r.requests for r in newer)

@@ -1,0 +1,159 @@
+"""Projected load between pod reports: what admissions add, which report forgets them,
+and how the monitor counts its own decisions at once without counting them twice. Pure:
+the report store and the admission records are stand-ins."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.store import Snapshot
+from sidecar.overload.admitted import OVERLAP_SECONDS, Recent, RecentAdmissions, admitted_load
+from sidecar.overload.load import PodLoad, aggregate
+from sidecar.overload.monitor import LoadMonitor
+from sidecar.policy.refusals import Reason
+from tests.unit.clock import Clock
+
+
+def test_an_admission_takes_the_blocks_of_its_prompt_and_first_token():
+    assert admitted_load("p2", "default", 16, 16).blocks == 2  # 17 tokens
+    assert admitted_load("p2", "default", 15, 16).blocks == 1
+    assert admitted_load("p2", "default", 0, 16).blocks == 1
+    assert admitted_load("p1", "default", 100, 1).blocks == 101  # servers counting tokens
+
+
+def test_each_pod_counts_its_share_of_what_was_admitted_since_its_own_report():
+    small = PodLoad("small", 0.5, 1000, 2, 0, age_seconds=0.30)
+    big = PodLoad("big", 0.5, 3000, 6, 0, age_seconds=0.10)
+    load = aggregate([small, big])
+    recent = [Recent(0.05, 40, 4), Recent(0.20, 80, 8), Recent(0.50, 1000, 100)]
+    blocks, requests = load.unreported_in(recent)
+    # small (a quarter of the blocks) has not reported the 0.05 and 0.20 s old ones; big
+    # reported after 0.20 s (and after the 0.5 s old slot), not after the 0.05 s one.
+    assert blocks == pytest.approx(0.25 * (40 + 80) + 0.75 * 40)
+    assert requests == pytest.approx(0.25 * 12 + 0.75 * 4)
+    # A report received just after an admission may not show it yet: still counted.
+    just_after = [Recent(0.10 + OVERLAP_SECONDS / 2, 40, 4)]
+    assert load.unreported_in(just_after)[0] == pytest.approx(40)
+
+
+def test_projected_free_kv_and_in_flight_keep_the_reported_view():
+    load = aggregate([PodLoad("a", 0.8, 2000, 10, 2)])
+    projected = load.plus(100, 50)
+    assert projected.free_kv_ratio == pytest.approx(0.20 - 100 / 2000)
+    assert projected.in_flight == 12 + 50
+    assert projected.as_reported.free_kv_ratio == pytest.approx(0.20)
+    assert projected.plus(0, 0).free_kv_ratio == pytest.approx(0.20)  # from the reports
+    # Pods that do not say their block count: free KV cannot move, in flight still does.
+    unknown = aggregate([PodLoad("a", 0.8, 0, 10, 2)]).plus(100, 50)
+    assert unknown.free_kv_ratio == pytest.approx(0.20) and unknown.in_flight == 62
+
+
+class Reports:
+    def __init__(self, *pods: PodLoad) -> None:
+        self.pods = list(pods)
+
+    async def fresh(self) -> list[PodLoad]:
+        return self.pods
+
+
+class Records:
+    """The admission records as a read finds them, read at Redis time `read_ms`."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[Recent]] = {}
+        self.read_ms = 0
+
+    async def recent(self, newer_than: float, keep: float) -> RecentAdmissions:
+        return RecentAdmissions(self.entries, dict.fromkeys(("p0", "p1", "p2"), self.read_ms))
+
+
+POOL = Snapshot(1).pools.default
+
+
+async def monitor_at(free: float, records: Records, clock: Clock) -> LoadMonitor:
+    """A monitor that has read one pod of 2 000 blocks, `free` of them free, 0.1 s ago."""
+    snapshot = Snapshot(1)
+    reports = Reports(PodLoad("a", 1 - free, 2000, 0, 0, age_seconds=0.1, kv_block_size=16))
+    monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=records)  # type: ignore[arg-type]
+    await monitor.refresh()
+    return monitor
+
+
+def admit(monitor: LoadMonitor, recorded_ms: int) -> None:
+    """A 16-token P2 prompt decided and admitted (two blocks)."""
+    held = monitor.hold(Tier.P2, POOL, 16, even_over_budget=False)
+    assert held is not None
+    held.confirm(recorded_ms)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.mark.asyncio
+async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(clock):
+    monitor = await monitor_at(0.20, Records(), clock)
+    admitted = 0
+    while monitor.state.for_pool(POOL.name).shedding[Tier.P2] is None and admitted < 300:
+        admit(monitor, recorded_ms=1)
+        admitted += 1
+    # 100 blocks between 20 % and 15 % free, 2 blocks each: the 50th reaches the line
+    # (floating point may put it a hair under), the 51st would take it under.
+    assert admitted in (50, 51)
+    state = monitor.state.for_pool(POOL.name)
+    assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
+    assert state.load.unreported_blocks == 2 * admitted and state.load.in_flight == admitted
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_admission_gives_its_projection_back(clock):
+    monitor = await monitor_at(0.16, Records(), clock)
+    state = monitor.state.for_pool(POOL.name)
+    held = [monitor.hold(Tier.P2, POOL, 16, even_over_budget=False) for _ in range(12)]
+    assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
+    for each in held:
+        assert each is not None
+        each.cancel()
+    assert state.load.unreported_blocks == 0
+    assert state.load.free_kv_ratio == pytest.approx(0.16)
+    # Hysteresis: P2 comes back 2 points above the line, at 17 %, not at 16 %.
+    assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
+
+
+@pytest.mark.asyncio
+async def test_recorded_admissions_count_once_from_redis_and_go_with_a_newer_report(clock):
+    records = Records()
+    monitor = await monitor_at(0.20, records, clock)
+    for recorded_ms in range(1000, 1010):
+        admit(monitor, recorded_ms)
+    clock.now += 0.01
+    # A read made while the last of them was being recorded holds the nine before it
+    # (and 5 more from another sidecar): each counted once.
+    records.entries = {"default": [Recent(0.0, 28, 14)]}
+    records.read_ms = 1009
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 28 + 2
+    records.entries = {"default": [Recent(0.0, 30, 15)]}
+    records.read_ms = 1010
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 30
+    # An admission this sidecar could not record (Redis away) counts until a report
+    # newer than it: the pod's report is 0.1 s old, so one 0.2 s old is forgotten.
+    admit(monitor, recorded_ms=0)
+    records.entries = {}
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
+    clock.now += 0.2
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 0
+
+
+@pytest.mark.asyncio
+async def test_projection_can_be_switched_off(clock):
+    snapshot = Snapshot(1, QosConfig.from_partial({"overload": {"project_admissions": False}}))
+    reports = Reports(PodLoad("a", 0.8, 2000, 0, 0))
+    monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
+    await monitor.refresh()
+    assert monitor.hold(Tier.P2, snapshot.pools.default, 16, even_over_budget=False) is None
