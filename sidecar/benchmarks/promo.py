@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from sidecar.benchmarks import report
 from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
@@ -159,6 +161,7 @@ def main(settings: Settings) -> int:
     requests = _traffic(settings, options)
     outcomes: dict[str, list[Outcome]] = {}
     probes: dict[str, dict] = {}
+    settlement: dict[str, dict[str, float]] = {}
     try:
         with Stack(options) as stack:
             document = configuration(settings.replicas, settings.time_scale)
@@ -184,6 +187,8 @@ def main(settings: Settings) -> int:
                 )
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 _wait_until_idle(stack.mock_urls)
+                if run == QOS and settings.output_weight > 0:
+                    settlement = output_settlement(stack.sidecar_admin_url)
     except StackError as error:
         print(f"the stack did not start: {error}")
         return 1
@@ -212,6 +217,12 @@ def main(settings: Settings) -> int:
             f" to the {name} processor: p50 {figures['p50_ms']:.2f} ms,"
             f" p99 {figures['p99_ms']:.2f} ms"
         )
+    for tier, figures in settlement.items():
+        print(
+            f"{QOS}: {tier.upper()} output tokens reserved {figures['reserved']:,.0f}, "
+            f"settled {figures['usage']:,.0f} from usage and {figures['estimate']:,.0f} "
+            "estimated"
+        )
     print(f"(logs in {work})")
     timelines = {run: report.timeline(o, settings.seconds) for run, o in views.items()}
     if settings.json:
@@ -223,6 +234,7 @@ def main(settings: Settings) -> int:
             "runs": summaries,
             "grpc_probes": probes,
             "gateway_shed_ms": gateway_sheds,
+            "output_settlement": settlement,
             "timelines": timelines,
         }
         Path(settings.json).write_text(json.dumps(figures, indent=1))
@@ -245,6 +257,27 @@ def main(settings: Settings) -> int:
         plot(timelines, Path(settings.plot), title, slo)
         print(f"plot: {settings.plot}")
     return 0
+
+
+def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
+    """Per tier, the output tokens reserved and those settled (from usage, estimated),
+    as the sidecar counted them."""
+    with urllib.request.urlopen(f"{sidecar_admin_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    figures: dict[str, dict[str, float]] = {}
+    columns = {"qos_output_reserved_tokens_total": "reserved"}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "qos_output_settled_tokens_total":
+                column = sample.labels["source"]  # usage or estimate
+            elif sample.name in columns:
+                column = columns[sample.name]
+            else:
+                continue
+            tier = sample.labels["tier"]
+            figures.setdefault(tier, dict.fromkeys(("reserved", "usage", "estimate"), 0.0))
+            figures[tier][column] = sample.value
+    return dict(sorted(figures.items()))
 
 
 def _start_noop(stack: Stack, work: Path) -> str:
