@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 KEY = "settle-p1"
 ONCE_KEY = "settle-once-p1"  # a tenant of its own: the floods above leave KEY's bucket dry
+P0_KEY = "settle-p0"  # a P0 tenant: P0's output_weight stays 0
+P0_RATE = 1_000
 RATE = 4_000  # the tenant's tokens a second, input + output
 BURST_SECONDS = 1.0  # its bucket holds a second of its rate: one 2 020-token request fits
 
@@ -32,11 +34,14 @@ def settle_stack(tmp_path_factory):
         stack.config.tenant(
             "settle-once", "p1", ONCE_KEY, rate_tokens_per_second=RATE, burst_seconds=5
         )
+        stack.config.tenant(
+            "settle-p0", "p0", P0_KEY, rate_tokens_per_second=P0_RATE, burst_seconds=1
+        )
         stack.config.set({"tiers": {"p1": {"output_weight": 1.0}}})
         yield stack
 
 
-async def flood(url: str, seconds: float, body: dict) -> list[dict]:
+async def flood(url: str, seconds: float, body: dict, key: str = KEY) -> list[dict]:
     """Eight clients asking as fast as they are let for `seconds`: the usage of every
     answer whose request was admitted in that time."""
     usages: list[dict] = []
@@ -45,7 +50,7 @@ async def flood(url: str, seconds: float, body: dict) -> list[dict]:
     async def client(session):
         while time.monotonic() < deadline:
             async with session.post(
-                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
             ) as response:
                 answer = await response.json()
                 if response.status == 429:  # over its rate: refused at once
@@ -79,6 +84,20 @@ async def test_short_prompts_with_long_answers_are_held_to_the_tenant_s_rate(set
     samples = scrape(f"{settle_stack.sidecar_admin_url}/metrics")
     settled = samples['qos_output_settled_tokens_total{source="usage",tier="p1"}']
     assert settled >= 2_000 * (len(usages) - 8)  # exact, from the answers' usage
+
+
+async def test_a_p0_tenant_is_still_charged_its_prompts_only(settle_stack):
+    # The same traffic from a P0 tenant with a rate: its answers (512 tokens, P0's cap)
+    # cost it nothing, so it is served far above what its prompts and answers together
+    # would be held to.
+    seconds = 5
+    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, True), key=P0_KEY)
+    prompts = sum(u["prompt_tokens"] for u in usages)
+    served = prompts + sum(u["completion_tokens"] for u in usages)
+    assert prompts <= P0_RATE * (seconds + 1)  # its rate holds its prompts
+    assert served > 3 * P0_RATE * (seconds + 1), (served, len(usages))
+    samples = scrape(f"{settle_stack.sidecar_admin_url}/metrics")
+    assert samples.get('qos_output_reserved_tokens_total{tier="p0"}', 0.0) == 0.0
 
 
 async def test_a_shorter_answer_gives_back_what_it_reserved_and_did_not_use(settle_stack):
