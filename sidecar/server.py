@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 import grpc
+import redis.asyncio as redis
 from aiohttp import web
 from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
@@ -79,12 +80,11 @@ class SidecarServer:
         self._admin: web.AppRunner | None = None
         self._ready = False
         # Every Redis call is bounded: a slow Redis must not hold requests for long.
-        self.redis = redis_connect.connect(
-            settings.redis_url,
-            settings.redis_cluster,
-            socket_timeout=0.25,
-            socket_connect_timeout=0.25,
-        )
+        self.redis = self._connect()
+        # The admission records are read from every tier's slot, so from every master of
+        # a cluster: on a client of their own, whose reconnections to a master that went
+        # away never hold up the decisions' budget calls on this one.
+        self._records_redis = self._connect()
         self.watcher = ConfigWatcher(self.redis)
         self.config_store = ConfigStore(self.redis)
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
@@ -100,7 +100,7 @@ class SidecarServer:
             reports,
             self._snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
-            records=AdmissionRecords(self.redis),
+            records=AdmissionRecords(self._records_redis),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
@@ -126,6 +126,15 @@ class SidecarServer:
         )
         self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
         self.metrics.registry.register(RedisErrorCollector())
+
+    def _connect(self) -> redis.Redis:
+        # Every Redis call is bounded: a slow Redis must not hold requests for long.
+        return redis_connect.connect(
+            self.settings.redis_url,
+            self.settings.redis_cluster,
+            socket_timeout=0.25,
+            socket_connect_timeout=0.25,
+        )
 
     def _exchange_ended(self, end: ExchangeEnd) -> None:
         slot = self.queue.release(end.slot)
@@ -253,6 +262,7 @@ class SidecarServer:
         await self.monitor.stop()
         await self.watcher.stop()
         await self.redis.aclose()
+        await self._records_redis.aclose()
         log.info("sidecar stopped")
 
 

@@ -7,7 +7,8 @@ from importlib import resources
 
 import redis.asyncio as redis
 
-from sidecar.limiter.buckets import BucketSpec, Verdict
+from sidecar.config.schema import Tier
+from sidecar.limiter.buckets import BucketSpec, Verdict, tier_bucket_key
 from sidecar.overload.admitted import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, admitted_key
 
 SCRIPT = resources.files("sidecar.limiter").joinpath("token_bucket.lua").read_text()
@@ -28,6 +29,10 @@ class RedisTokenBuckets:
         would otherwise answer NOSCRIPT, and the reload cost a decision its deadline."""
         for script in (SCRIPT, SETTLE):
             await self._client.script_load(script)
+        # And every tier's slot answers: in a cluster each may live on another master, and
+        # a master still away must not pass for back (its tier's calls would time out).
+        for tier in Tier:
+            await self._client.exists(tier_bucket_key(tier.value))
 
     async def acquire(
         self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None

@@ -45,6 +45,9 @@ from sidecar.overload.shedding import SheddingState
 
 log = logging.getLogger(__name__)
 
+# After a failed read of the admission records, they are not read for this long.
+RECORDS_PAUSE_SECONDS = 1.0
+
 
 class HeldAdmission:
     """One admission's projected load, from its decision until the reports show it."""
@@ -104,6 +107,7 @@ class LoadMonitor:
         self._recent = RecentAdmissions()
         self._held: list[HeldAdmission] = []
         self._unreported: dict[str, tuple[float, float]] = {}
+        self._records_paused_until = float("-inf")
 
     async def start(self) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -146,12 +150,24 @@ class LoadMonitor:
         return self._snapshot()
 
     async def _read_recent(self, pods: list[PodLoad], overload: OverloadConfig) -> RecentAdmissions:
-        """The admissions recorded since the oldest fresh report, per pool."""
+        """The admissions recorded since the oldest fresh report, per pool. A failed read
+        (a master away) counts as none read, so this sidecar's own admissions count until
+        their TTL; the records are left alone for a while then: asking a dead master
+        every 100 ms would have the cluster client rediscover its slots again and again
+        under the budget calls."""
         if self._records is None or not overload.project_admissions or not pods:
+            return RecentAdmissions()
+        if self._clock() < self._records_paused_until:
             return RecentAdmissions()
         oldest = max(pod.age_seconds for pod in pods)
         newer_than = oldest + OVERLAP_SECONDS + SLOT_MS / 1000
-        return await self._records.recent(newer_than, overload.report_ttl_seconds + 1.0)
+        try:
+            return await self._records.recent(newer_than, overload.report_ttl_seconds + 1.0)
+        except redis.RedisError as error:
+            redis_errors.note("admission_records")
+            log.debug("admission records not read: %s", error)
+            self._records_paused_until = self._clock() + RECORDS_PAUSE_SECONDS
+            return RecentAdmissions()
 
     def hold(
         self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
