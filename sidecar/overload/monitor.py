@@ -123,6 +123,8 @@ class LoadMonitor:
             pods = await self._store.fresh()
             recent = await self._read_recent(pods, config.overload)
         except redis.RedisError:
+            # What this sidecar admitted counts no longer than a report would.
+            self._forget_held(RecentAdmissions(), config.overload.report_ttl_seconds)
             if self._clock() - self._read_at < config.overload.report_ttl_seconds:
                 raise
             pods, recent = [], RecentAdmissions()  # as stale as a missing report
@@ -163,7 +165,7 @@ class LoadMonitor:
         newer_than = oldest + OVERLAP_SECONDS + SLOT_MS / 1000
         try:
             return await self._records.recent(newer_than, overload.report_ttl_seconds + 1.0)
-        except redis.RedisError as error:
+        except Exception as error:  # redis-py may raise more than RedisError mid-reconnect
             redis_errors.note("admission_records")
             log.debug("admission records not read: %s", error)
             self._records_paused_until = self._clock() + RECORDS_PAUSE_SECONDS
@@ -280,6 +282,9 @@ class LoadMonitor:
             except redis.RedisError as error:
                 redis_errors.note("load_reports")
                 log.debug("pod reports not read: %s", error)
+            except Exception:  # the loop must outlive anything a client library raises
+                redis_errors.note("load_reports")
+                log.exception("reading the load failed")
 
 
 class LoadCollector(Collector):
