@@ -18,10 +18,12 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from sidecar.benchmarks import report
 from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
@@ -179,11 +181,12 @@ def main(settings: Settings) -> int:
             urls = {NO_QOS: f"http://127.0.0.1:{port}", QOS: stack.envoy_url}
             for run in _runs(settings.runs):
                 url = urls[run]
+                admin = stack.sidecar_admin_url if run == QOS else ""
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
                 probing = _start_probes(targets, settings.seconds) if run == QOS else {}
                 outcomes[run] = asyncio.run(
-                    offer(url, requests, settings.timeout, _progress(run, settings.seconds))
+                    offer(url, requests, settings.timeout, _progress(run, settings.seconds, admin))
                 )
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 _wait_until_idle(stack.mock_urls)
@@ -262,22 +265,26 @@ def main(settings: Settings) -> int:
 def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
     """Per tier, the output tokens reserved and those settled (from usage, estimated),
     as the sidecar counted them."""
-    with urllib.request.urlopen(f"{sidecar_admin_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
     figures: dict[str, dict[str, float]] = {}
     columns = {"qos_output_reserved_tokens_total": "reserved"}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "qos_output_settled_tokens_total":
-                column = sample.labels["source"]  # usage or estimate
-            elif sample.name in columns:
-                column = columns[sample.name]
-            else:
-                continue
-            tier = sample.labels["tier"]
-            figures.setdefault(tier, dict.fromkeys(("reserved", "usage", "estimate"), 0.0))
-            figures[tier][column] = sample.value
+    for sample in _sidecar_samples(sidecar_admin_url):
+        if sample.name == "qos_output_settled_tokens_total":
+            column = sample.labels["source"]  # usage or estimate
+        elif sample.name in columns:
+            column = columns[sample.name]
+        else:
+            continue
+        tier = sample.labels["tier"]
+        figures.setdefault(tier, dict.fromkeys(("reserved", "usage", "estimate"), 0.0))
+        figures[tier][column] = sample.value
     return dict(sorted(figures.items()))
+
+
+def _sidecar_samples(sidecar_admin_url: str) -> Iterator[Sample]:
+    with urllib.request.urlopen(f"{sidecar_admin_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
 
 
 def _start_noop(stack: Stack, work: Path) -> str:
@@ -328,12 +335,23 @@ def _runs(names: str) -> list[str]:
     return [known[name] for name in runs]
 
 
-def _progress(run: str, seconds: float):
+def _progress(run: str, seconds: float, sidecar_admin_url: str = ""):
+    """Prints the run's progress; with the sidecar's admin URL, the tiers' shares in force
+    too (the SLO controller moves them during the run)."""
+
     def show(elapsed: float, outcomes: list[Outcome], total: int) -> None:
         counts = {r: sum(o.result == r for o in outcomes) for r in (SERVED, SHED, ERROR)}
+        shares = ""
+        if sidecar_admin_url:
+            found = {
+                sample.labels["tier"]: sample.value
+                for sample in _sidecar_samples(sidecar_admin_url)
+                if sample.name == "qos_tier_share_ratio"
+            }
+            shares = ", shares " + " / ".join(f"{found.get(t, 0):.2f}" for t in ("p0", "p1", "p2"))
         print(
             f"[{run}] {min(elapsed, seconds):4.0f}/{seconds:g} s  done {len(outcomes)}/{total}:"
-            f" served {counts[SERVED]}, shed {counts[SHED]}, errors {counts[ERROR]}",
+            f" served {counts[SERVED]}, shed {counts[SHED]}, errors {counts[ERROR]}{shares}",
             flush=True,
         )
 

@@ -201,7 +201,10 @@ async def test_every_sidecar_projects_what_the_others_admitted_until_a_newer_rep
     await store.put_tenant("tenant-p2", Tenant(tier=Tier.P2), KEYS["p2"])
     first, second = sidecars(), sidecars()
     await report_80_percent_used(first.grpc_address)
-    await wait_until(lambda: pods_reporting(second.admin_url) == 1, what="the pod seen")
+    await wait_until(
+        lambda: all(pods_reporting(s.admin_url) == 1 for s in (first, second)),
+        what="the pod seen by both sidecars",
+    )
 
     async with grpc.aio.insecure_channel(first.grpc_address) as channel:
         client = ExtProcClient(channel)
