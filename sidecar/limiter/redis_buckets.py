@@ -11,8 +11,11 @@ from sidecar.config.schema import Tier
 from sidecar.limiter.buckets import BucketSpec, Verdict, tier_bucket_key
 from sidecar.overload.admitted import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, admitted_key
 
-SCRIPT = resources.files("sidecar.limiter").joinpath("token_bucket.lua").read_text()
-SETTLE = resources.files("sidecar.limiter").joinpath("settle.lua").read_text()
+_LUA = resources.files("sidecar.limiter")
+# Both scripts start with the bucket arithmetic they share.
+_LEVEL = _LUA.joinpath("bucket_level.lua").read_text()
+SCRIPT = _LEVEL + _LUA.joinpath("token_bucket.lua").read_text()
+SETTLE = _LEVEL + _LUA.joinpath("settle.lua").read_text()
 
 
 class RedisTokenBuckets:

@@ -7,16 +7,13 @@
 -- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
 -- with a record, then: KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
 --
--- Time is Redis's own clock (TIME), never a caller's: sidecars on many hosts share
--- these buckets and their clocks differ. A missing key is a full bucket, so every key
--- expires once it would have refilled anyway.
+-- Buckets are refilled and stored as bucket_level.lua (loaded before this) does: on
+-- Redis's own clock, a missing key a full bucket.
 --
 -- Returns {allowed (1|0), refused bucket index (0 if none), retry after (ms, -1 if
 -- never: cost above that bucket's burst), tokens left in bucket 1 (string), when the
 -- admission was recorded (Redis time, ms; 0: not recorded)}.
 
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
 local cost = tonumber(ARGV[1])
 local n = #KEYS
 if #ARGV > 2 * n + 1 then
@@ -31,12 +28,7 @@ for i = 1, n do
   if cost > burst then
     return {0, i, -1, tostring(burst), 0}
   end
-  local state = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
-  local tokens, ts = tonumber(state[1]), tonumber(state[2])
-  if tokens == nil or ts == nil then
-    tokens, ts = burst, now
-  end
-  tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
+  local tokens = refilled(KEYS[i], rate, burst)
   levels[i] = tokens
   if tokens < cost then
     local wait = math.ceil((cost - tokens) * 1000 / rate)
@@ -68,8 +60,6 @@ end
 for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
-  local left = levels[i] - cost
-  redis.call('HSET', KEYS[i], 'tokens', tostring(left), 'ts', tostring(now))
-  redis.call('PEXPIRE', KEYS[i], math.ceil((burst - left) * 1000 / rate) + 1000)
+  store(KEYS[i], levels[i] - cost, rate, burst)
 end
 return {1, 0, 0, tostring(levels[1] - cost), record()}
