@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,22 +75,59 @@ class Settings:
         "P1's and P2's output_weight: their answers' tokens charged too, reserved at "
         "admission and settled when they end (0: prompts only)",
     )
+    engine_priority: bool = setting(
+        True,
+        None,
+        "the sidecar sends each tier's priority to the GPUs (vLLM's priority scheduling); "
+        "--no-engine-priority leaves every request at the engine's default priority",
+    )
+    shares: str = setting(
+        "",
+        None,
+        "P0,P1,P2 shares to start from, e.g. 0.40,0.45,0.15: as far as the SLO controller "
+        "lends P0's budget (default: the tiers' defaults)",
+    )
     runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
 
 
-def configuration(replicas: int, time_scale: float) -> dict:
-    """What a platform team sets for the sale: the fleet's real capacity; batch told at
-    once to come back later rather than held, and kept to prompts whose prefill cannot
+def configuration(settings: Settings) -> dict:
+    """What a platform team sets for the sale: the fleet's real capacity; the tiers'
+    priorities sent to the engines, which run vLLM's priority scheduling (without it a
+    payment that reached a GPU waits behind every prompt admitted before it); batch told
+    at once to come back later rather than held, and kept to prompts whose prefill cannot
     stall payments for long."""
-    capacity = replicas * PREFILL_TOKENS_PER_SECOND / time_scale
-    return {
-        "fleet": {"capacity_tokens_per_second": capacity},
-        "tiers": {
-            "p2": {"burst_seconds": 6, "max_prompt_tokens": 8192, "max_queue_wait_seconds": 0}
+    capacity = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
+    tiers: dict[str, dict] = {
+        "p0": {},
+        "p1": {"output_weight": settings.output_weight},
+        "p2": {
+            "burst_seconds": 6,
+            "max_prompt_tokens": 8192,
+            "max_queue_wait_seconds": 0,
+            "output_weight": settings.output_weight,
         },
     }
+    for tier, share in zip(tiers, _shares(settings.shares), strict=False):
+        tiers[tier]["share"] = share
+    return {
+        "fleet": {"capacity_tokens_per_second": capacity},
+        "engine": {"send_priority": settings.engine_priority},
+        "tiers": tiers,
+    }
+
+
+def _shares(given: str) -> list[float]:
+    if not given:
+        return []
+    try:
+        shares = [float(part) for part in given.split(",")]
+    except ValueError:
+        shares = []
+    if len(shares) != 3:
+        raise SystemExit(f"--shares takes three numbers, P0,P1,P2; not {given!r}")
+    return shares
 
 
 def _traffic(settings: Settings, options: StackOptions) -> list[PlannedRequest]:
@@ -142,6 +180,9 @@ def _by_pool(runs: dict[str, list[Outcome]], pools: tuple[str, ...]) -> dict[str
 
 
 def main(settings: Settings) -> int:
+    # A SIGTERM stops the bench as Ctrl-C does: through the stack's clean-up, so the
+    # servers it started do not outlive it.
+    signal.signal(signal.SIGTERM, _interrupted)
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
     shed_log = work / "envoy-sheds.log"
     gateway = envoy_config.write(with_shed_log(envoy_config.load(), shed_log), work / "qos.yaml")
@@ -166,10 +207,7 @@ def main(settings: Settings) -> int:
     settlement: dict[str, dict[str, float]] = {}
     try:
         with Stack(options) as stack:
-            document = configuration(settings.replicas, settings.time_scale)
-            for tier in ("p1", "p2"):
-                document["tiers"].setdefault(tier, {})["output_weight"] = settings.output_weight
-            stack.config.set(document)
+            stack.config.set(configuration(settings))
             for caller in CALLERS:
                 stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
             # The probes' tenant: refused by its own budget, so it takes nobody's.
@@ -190,6 +228,8 @@ def main(settings: Settings) -> int:
                 )
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 _wait_until_idle(stack.mock_urls)
+                if run == QOS:
+                    _keep_sidecar_metrics(stack.sidecar_admin_url, work / "sidecar-metrics.txt")
                 if run == QOS and settings.output_weight > 0:
                     settlement = output_settlement(stack.sidecar_admin_url)
     except StackError as error:
@@ -262,6 +302,10 @@ def main(settings: Settings) -> int:
     return 0
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
     """Per tier, the output tokens reserved and those settled (from usage, estimated),
     as the sidecar counted them."""
@@ -280,11 +324,20 @@ def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
     return dict(sorted(figures.items()))
 
 
-def _sidecar_samples(sidecar_admin_url: str) -> Iterator[Sample]:
+def _sidecar_metrics(sidecar_admin_url: str) -> str:
     with urllib.request.urlopen(f"{sidecar_admin_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
+        return response.read().decode()
+
+
+def _sidecar_samples(sidecar_admin_url: str) -> Iterator[Sample]:
+    for family in text_string_to_metric_families(_sidecar_metrics(sidecar_admin_url)):
         yield from family.samples
+
+
+def _keep_sidecar_metrics(sidecar_admin_url: str, path: Path) -> None:
+    """The sidecar's counters after the run (queue waits, decisions, shares), beside the
+    logs, for reading what happened in a run after the stack is gone."""
+    path.write_text(_sidecar_metrics(sidecar_admin_url))
 
 
 def _start_noop(stack: Stack, work: Path) -> str:
