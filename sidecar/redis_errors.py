@@ -13,7 +13,16 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-COMPONENTS = ("admission_records", "config", "identity", "limiter", "load_reports", "peers", "slo")
+COMPONENTS = (
+    "admission_records",
+    "config",
+    "fairness",
+    "identity",
+    "limiter",
+    "load_reports",
+    "peers",
+    "slo",
+)
 _counts: Counter[str] = Counter(dict.fromkeys(COMPONENTS, 0))
 _last_error_at: float | None = None
 

@@ -25,6 +25,7 @@ from sidecar.config.watcher import ConfigWatcher
 from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
+from sidecar.fairness.watch import FairnessCollector, FairnessWatch
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
@@ -126,6 +127,8 @@ class SidecarServer:
         )
         self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
         self.metrics.registry.register(RedisErrorCollector())
+        self.fairness = FairnessWatch(self._records_redis, self._snapshot)
+        self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
 
     def _connect(self) -> redis.Redis:
         # Every Redis call is bounded: a slow Redis must not hold requests for long.
@@ -203,6 +206,7 @@ class SidecarServer:
         await self.queue.start()
         await self.samples.start()
         await self.controller.start()
+        await self.fairness.start()
         decider = self.decider = build_decider(
             self.settings,
             self.redis,
@@ -256,6 +260,7 @@ class SidecarServer:
         if self._admin is not None:
             await self._admin.cleanup()
         await self.controller.stop()
+        await self.fairness.stop()
         await self.limiter.stop()
         await self.samples.stop()
         await self.queue.stop()

@@ -24,12 +24,14 @@ from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
 from sidecar.completion.access_log import LOGGED_HEADERS
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.schema import Mode, Tier, TierConfig
+from sidecar.config.schema import Mode, Tenant, Tier, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
     BucketSpec,
+    FairShare,
     Limiter,
     Verdict,
+    fair_share_keys,
     tenant_bucket_key,
     tier_bucket_key,
 )
@@ -54,6 +56,8 @@ from sidecar.policy.responses import respond
 from sidecar.queueing.queue import AdmissionQueue, QueueFull
 
 log = logging.getLogger(__name__)
+# How soon a budget waiter looks again when another waiter of its bucket asks Redis.
+ASKING_AGAIN_SECONDS = (0.002, 0.010)
 
 INTERNAL_PREFIX = "x-qos-"
 # Envoy routes on it to the cluster named after the pool (route cluster_header); set by
@@ -121,6 +125,8 @@ class AdmissionDecider:
         # Budget tokens that requests held here are waiting for, per bucket: a newcomer
         # waits behind them, so it is held only if the bucket can serve them all in time.
         self._budget_waiting: dict[str, float] = {}
+        # Per bucket, held while one of its waiters asks Redis.
+        self._budget_asking: dict[str, asyncio.Lock] = {}
         self._watch_budget = LocalTokenBuckets(clock)
         self._sample = sample
         # Tokens left in each pool's tier bucket after this sidecar's last call, /metrics.
@@ -236,14 +242,15 @@ class AdmissionDecider:
             _confirm(held, verdict.recorded_ms)
             return await self._take_slot(request, "admitted_over_budget")
         max_wait = request.tier_config.max_queue_wait_seconds
-        ahead = self._budget_waiting.get(refused.key, 0.0) / refused.rate
+        waiting = _waiting_key(refused)
+        ahead = self._budget_waiting.get(waiting, 0.0) / refused.rate
         if self._queue is not None and verdict.retry_after + ahead <= max_wait:
             return Hold(
-                lambda: self._wait_for_budget(request, cost, refused.key, buckets, verdict),
+                lambda: self._wait_for_budget(request, cost, waiting, buckets, verdict),
                 max_wait,
                 tier=request.tier.value,
             )
-        return request.refuse(Reason.SHED_TIER_BUDGET)
+        return request.refuse(_budget_reason(verdict))
 
     def _hold(self, request: _Request) -> HeldAdmission | None:
         if self._projection is None:
@@ -258,24 +265,38 @@ class AdmissionDecider:
     async def _wait_for_budget(
         self, request: _Request, cost: float, key: str, buckets: list[BucketSpec], verdict: Verdict
     ) -> Final:
-        """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
+        """The tier's bucket refills soon: wait for it, then for a slot, within max wait.
+        One waiter of a bucket asks Redis at a time: the others, finding it asking, look
+        again a little later, in no set order (so a burst of waiters is not a burst of
+        Redis calls each time the bucket refills, and who comes next is left to chance,
+        as it was when all of them asked)."""
         started = self._clock()
         deadline = started + request.tier_config.max_queue_wait_seconds
         self._budget_waiting[key] = self._budget_waiting.get(key, 0.0) + cost
+        asking = self._budget_asking.setdefault(key, asyncio.Lock())
+        delay = verdict.retry_after or 0.0
+        again = _asking_again(buckets)
         try:
             while True:
-                await asyncio.sleep(verdict.retry_after or 0.0)
-                held = self._hold(request)
-                try:
-                    verdict = await self._limiter.acquire(cost, buckets, held and held.load)
-                    if verdict.allowed:
-                        _confirm(held, verdict.recorded_ms)
-                        break
-                finally:
-                    if held is not None:
-                        held.cancel()
+                await asyncio.sleep(delay)
+                if asking.locked():
+                    delay = random.uniform(*ASKING_AGAIN_SECONDS)
+                    if self._clock() + delay > deadline:
+                        return request.refuse(_budget_reason(verdict))
+                    continue
+                async with asking:
+                    held = self._hold(request)
+                    try:
+                        verdict = await self._limiter.acquire(cost, again, held and held.load)
+                        if verdict.allowed:
+                            _confirm(held, verdict.recorded_ms)
+                            break
+                    finally:
+                        if held is not None:
+                            held.cancel()
                 if verdict.retry_after is None or self._clock() + verdict.retry_after > deadline:
-                    return request.refuse(Reason.SHED_TIER_BUDGET)
+                    return request.refuse(_budget_reason(verdict))
+                delay = verdict.retry_after
         finally:
             self._budget_waiting[key] -= cost
         request = _reserved(request, buckets)
@@ -353,6 +374,26 @@ class AdmissionDecider:
         return admit
 
 
+def _waiting_key(refused: BucketSpec) -> str:
+    """Whom a request waits behind: those of its bucket or, in a tier shared fairly, those
+    of its own tenant (a tenant over its share waits for what lies above the tier's
+    reserve; the others must not wait behind it)."""
+    return refused.key if refused.fair is None else f"{refused.key}|{refused.fair.tenant}"
+
+
+def _asking_again(buckets: list[BucketSpec]) -> list[BucketSpec]:
+    """The same buckets, for a waiter asking again: its tenant asked once."""
+    first = buckets[0]
+    if first.fair is None:
+        return buckets
+    fair = dataclasses.replace(first.fair, new_ask=False)
+    return [dataclasses.replace(first, fair=fair), *buckets[1:]]
+
+
+def _budget_reason(verdict: Verdict) -> Reason:
+    return Reason.SHED_FAIR_SHARE if verdict.over_fair_share else Reason.SHED_TIER_BUDGET
+
+
 def _confirm(held: HeldAdmission | None, recorded_ms: int) -> None:
     if held is not None:
         held.confirm(recorded_ms)
@@ -363,18 +404,35 @@ def _buckets(
 ) -> list[BucketSpec]:
     tier = identity.tier
     rate = snapshot.share(tier, pool) * capacity
-    buckets = [
-        BucketSpec(
-            tier_bucket_key(tier.value, pool.name), rate, rate * pool.tiers[tier].burst_seconds
-        )
-    ]
+    burst = rate * pool.tiers[tier].burst_seconds
     tenant = snapshot.tenants.get(identity.tenant or "")
+    fair = _fair_share(snapshot, identity, tenant, pool, burst)
+    buckets = [BucketSpec(tier_bucket_key(tier.value, pool.name), rate, burst, fair)]
     if tenant is not None:
         tenant_rate, kept_for = tenant.rate_in(pool.name)
         if tenant_rate is not None:
             key = tenant_bucket_key(tier.value, identity.tenant_label, kept_for)
             buckets.append(BucketSpec(key, tenant_rate, tenant_rate * tenant.burst_seconds))
     return buckets
+
+
+def _fair_share(
+    snapshot: Snapshot, identity: Identity, tenant: Tenant | None, pool: Pool, burst: float
+) -> FairShare | None:
+    """Who asks the tier's bucket, for its fair shares (None: fairness is off)."""
+    fairness = snapshot.config.fairness
+    if not fairness.enabled:
+        return None
+    state_key, active_key = fair_share_keys(identity.tier.value, pool.name)
+    return FairShare(
+        state_key,
+        active_key,
+        identity.tenant_label,
+        tenant.weight if tenant is not None else 1.0,
+        fairness.window_seconds,
+        fairness.active_seconds,
+        fairness.reserve * burst,
+    )
 
 
 def _reserved(request: _Request, buckets: list[BucketSpec]) -> _Request:

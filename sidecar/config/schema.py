@@ -302,6 +302,21 @@ class PoolConfig(_Strict):
     slo_targets: dict[Tier, dict[str, Any]] = {}
 
 
+class FairnessConfig(_Strict):
+    # Weighted fair shares between the tenants of a tier while its bucket is contended
+    # (sidecar/limiter/fairness.py): a tenant over its share may not take the bucket
+    # below `reserve` of its burst, which is kept for the tenants under theirs.
+    enabled: bool = True
+    # A tenant counts as active while it asked within this long.
+    active_seconds: Annotated[float, Field(gt=0, le=300)] = 5.0
+    # What a tenant was served is measured over this window (exponential decay).
+    window_seconds: Annotated[float, Field(gt=0, le=300)] = 2.0
+    # The part of the tier's burst kept for tenants under their share.
+    reserve: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    # Tenants named in the metrics per tier (the rest only counted): bounded cardinality.
+    top_tenants: Annotated[int, Field(ge=0, le=100)] = 5
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
@@ -311,6 +326,7 @@ class QosConfig(_Strict):
     engine: EngineConfig = EngineConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
+    fairness: FairnessConfig = FairnessConfig()
     # Model pools behind the one gateway; none: one pool, "default", serves every model.
     pools: dict[PoolName, PoolConfig] = {}
 
@@ -358,6 +374,9 @@ class Tenant(_Strict):
     # ...except the pools named here, where the tenant has a budget of its own instead.
     pool_rates: dict[PoolName, Positive] = {}
     burst_seconds: Positive = 0.5
+    # Its weight in its tier's fair shares: under contention it is entitled to
+    # weight / (the active tenants' weights) of the tier's rate.
+    weight: Positive = 1.0
 
     def rate_in(self, pool: str) -> tuple[float | None, str | None]:
         """The tenant's rate in `pool` and the pool its bucket is kept for (None: the

@@ -88,6 +88,11 @@ class ConfigStore:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
 
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis it reads, for what lives beside the configuration (fair shares)."""
+        return self._redis
+
     async def version(self) -> int:
         return int(await self._redis.get(VERSION_KEY) or 0)
 

@@ -11,10 +11,29 @@ from sidecar.overload.admitted import AdmittedLoad
 
 
 @dataclass(frozen=True)
+class FairShare:
+    """Who asks a tier's bucket, for the tier's fair shares between its tenants: while
+    the bucket is below `reserve` tokens, a tenant served more than its share of the
+    tier's rate over the last `window_seconds` may not take it lower (see README,
+    Fair shares inside a tier)."""
+
+    state_key: str  # hash: per tenant what it was served and asked for, decayed
+    active_key: str  # sorted set: tenant by when it last asked (Redis ms)
+    tenant: str
+    weight: float
+    window_seconds: float
+    active_seconds: float
+    reserve: float  # tokens
+    # Whether this call is a new ask (False: a waiter asking again, already counted).
+    new_ask: bool = True
+
+
+@dataclass(frozen=True)
 class BucketSpec:
     key: str
     rate: float  # tokens a second
     burst: float  # tokens
+    fair: FairShare | None = None  # a tier's bucket shared fairly by its tenants
 
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.burst <= 0:
@@ -27,6 +46,9 @@ class Verdict:
     refused: int | None = None  # index into the buckets asked for, when refused
     retry_after: float | None = None  # seconds; None when waiting can never help
     remaining: float = 0.0  # tokens left in the first bucket
+    # Refused because the tenant is over its fair share of the contended tier: the rest
+    # of the bucket is kept for the tier's other tenants (the refusal is this tenant's).
+    over_fair_share: bool = False
     # When the admission's load was recorded with the shared buckets (Redis time, ms);
     # 0: not recorded.
     recorded_ms: int = 0
@@ -61,3 +83,9 @@ def tenant_bucket_key(tier: str, tenant: str, pool: str | None = None) -> str:
     """A tenant's bucket: across pools, or in one pool when its rate there is its own."""
     base = f"qos:{{bucket-{tier}}}:tenant:{tenant}"
     return base if pool is None else f"{base}:pool:{pool}"
+
+
+def fair_share_keys(tier: str, pool: str = DEFAULT_POOL) -> tuple[str, str]:
+    """A tier's fair-share state and its active tenants, in the slot of its buckets."""
+    base = tier_bucket_key(tier, pool).replace(":tier", ":fair", 1)
+    return base, base.replace(":fair", ":fair-active", 1)

@@ -8,6 +8,10 @@ refused here, without Redis, whatever its cost compared with the first; anything
 the bound, or any bucket whose rate or burst changed since, still asks Redis. Nothing is
 refused that the shared buckets would admit (the bound is taken from before the call and
 allows for the script's rounding, so it errs high).
+
+A refusal for being over a fair share of the tier (the bucket's reserve is kept for the
+tier's other tenants) bounds what that tenant may take, not the bucket: it is kept for
+that tenant alone.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ class OverLimitCache:
     def __init__(self, inner: Limiter, clock: Callable[[], float] = time.monotonic) -> None:
         self._inner = inner
         self._clock = clock
-        # (key, rate, burst) → (at, level): the bucket held at most `level` tokens at `at`.
-        self._bounds: dict[tuple[str, float, float], tuple[float, float]] = {}
+        # (key, rate, burst, tenant or "") → (at, level): the bucket held at most `level`
+        # tokens at `at` (for that tenant: above the reserve kept for the others).
+        self._bounds: dict[tuple[str, float, float, str], tuple[float, float]] = {}
         self.hits = 0
 
     async def acquire(
@@ -36,21 +41,27 @@ class OverLimitCache:
     ) -> Verdict:
         now = self._clock()
         for index, bucket in enumerate(buckets):
-            known = self._bounds.get((bucket.key, bucket.rate, bucket.burst))
-            if known is None or cost > bucket.burst:  # beyond the burst: Redis says never
+            if cost > bucket.burst:  # beyond the burst: Redis says never
                 continue
-            most = _at_most(known, bucket.rate, now)
-            if cost > most:
-                self.hits += 1
-                return Verdict(False, refused=index, retry_after=(cost - most) / bucket.rate)
+            for key, over_share in _keys(bucket):
+                known = self._bounds.get(key)
+                if known is None:
+                    continue
+                most = _at_most(known, bucket.rate, now)
+                if cost > most:
+                    self.hits += 1
+                    return Verdict(
+                        False,
+                        refused=index,
+                        retry_after=(cost - most) / bucket.rate,
+                        over_fair_share=over_share,
+                    )
         verdict = await self._inner.acquire(cost, buckets, load)
         if not verdict.allowed and verdict.retry_after and verdict.refused is not None:
             bucket = buckets[verdict.refused]
             waited = max(0.0, verdict.retry_after - ROUNDING_SECONDS)
-            self._bounds[(bucket.key, bucket.rate, bucket.burst)] = (
-                now,
-                cost - waited * bucket.rate,
-            )
+            key = _keys(bucket)[-1 if verdict.over_fair_share else 0][0]
+            self._bounds[key] = (now, cost - waited * bucket.rate)
         if len(self._bounds) > 10_000:  # tenants come and go: drop the refilled ones
             self._bounds = {
                 key: bound
@@ -63,8 +74,18 @@ class OverLimitCache:
         level = await self._inner.settle(delta, buckets)
         if delta > 0:  # given back: the buckets may hold more than any bound kept here
             for bucket in buckets:
-                self._bounds.pop((bucket.key, bucket.rate, bucket.burst), None)
+                for key, _ in _keys(bucket):
+                    self._bounds.pop(key, None)
         return level
+
+
+def _keys(bucket: BucketSpec) -> list[tuple[tuple[str, float, float, str], bool]]:
+    """The bounds that apply to a call on `bucket`: the bucket's own and, in a fairly
+    shared tier, the asking tenant's (marked True)."""
+    keys = [((bucket.key, bucket.rate, bucket.burst, ""), False)]
+    if bucket.fair is not None:
+        keys.append(((bucket.key, bucket.rate, bucket.burst, bucket.fair.tenant), True))
+    return keys
 
 
 def _at_most(bound: tuple[float, float], rate: float, now: float) -> float:

@@ -49,9 +49,16 @@ class RedisTokenBuckets:
             args += [bucket.rate, bucket.burst]
         if load is not None:  # the record lives in the tier's slot, as the buckets do
             keys.append(admitted_key(load.tier))
-            args += [load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
+            args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
             args.append(1 if load.even_over_budget else 0)
-        allowed, refused, wait_ms, remaining, recorded = await self._script(keys=keys, args=args)
+        fair = buckets[0].fair if buckets else None
+        if fair is not None:  # the first bucket is the tier's
+            keys += [fair.state_key, fair.active_key]
+            args += ["fair", fair.tenant, fair.weight, fair.window_seconds * 1000]
+            args += [fair.active_seconds * 1000, fair.reserve, 1 if fair.new_ask else 0]
+        allowed, refused, wait_ms, remaining, recorded, over_share = await self._script(
+            keys=keys, args=args
+        )
         if allowed:
             return Verdict(True, remaining=float(remaining), recorded_ms=int(recorded))
         return Verdict(
@@ -60,10 +67,16 @@ class RedisTokenBuckets:
             retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
             remaining=float(remaining),
             recorded_ms=int(recorded),
+            over_fair_share=bool(over_share),
         )
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
-        args: list[float] = [delta]
+        keys = [b.key for b in buckets]
+        args: list[float | str] = [delta]
         for bucket in buckets:
             args += [bucket.rate, bucket.burst]
-        return float(await self._settle(keys=[b.key for b in buckets], args=args))
+        fair = buckets[0].fair if buckets else None
+        if fair is not None:  # what the tenant was served, in its tier's fair shares
+            keys.append(fair.state_key)
+            args += ["fair", fair.tenant, fair.window_seconds * 1000]
+        return float(await self._settle(keys=keys, args=args))

@@ -9,17 +9,43 @@
 -- refilled past the next request's cost, and a debt is bounded by one burst, so one
 -- runaway answer cannot lock a tenant out for long.
 --
+-- Optional, after the pairs: 'fair', tenant, window (ms), with the tier's fair-share
+-- state (hash) as the last KEYS: what the tenant was served (token_bucket.lua) is
+-- corrected by the same difference, so a refund counts in its share too.
+--
 -- Returns the first bucket's level (string).
 
 local delta = tonumber(ARGV[1])
+local n = #KEYS
+local fair
+if #ARGV > 1 + 2 * n then  -- the 'fair' group, and its key
+  n = n - 1
+  fair = {state = KEYS[n + 1], tenant = ARGV[2 * n + 3], window = tonumber(ARGV[2 * n + 4])}
+end
 local first
 
-for i = 1, #KEYS do
+for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
   local tokens = refilled(KEYS[i], rate, burst)
   tokens = math.max(-burst, math.min(burst, tokens + delta))
   store(KEYS[i], tokens, rate, burst)
   first = first or tokens
+end
+
+if fair ~= nil then
+  local entry = redis.call('HGET', fair.state, 't:' .. fair.tenant)
+  if entry then  -- still active: correct its share and the tier's sum
+    local s, a, t, w = string.match(entry, '([^,]+),([^,]+),([^,]+),([^,]+)')
+    local decay = math.exp(-math.max(0, now - tonumber(t)) / fair.window)
+    local served = math.max(0, tonumber(s) * decay - delta)
+    local sums = redis.call('HMGET', fair.state, '#served', '#at')
+    local total = tonumber(sums[1] or '0')
+    total = total * math.exp(-math.max(0, now - tonumber(sums[2] or now)) / fair.window)
+    redis.call('HSET', fair.state, 't:' .. fair.tenant,
+               string.format('%.17g,%.17g,%.17g,%s', served, tonumber(a) * decay, now, w),
+               '#served', string.format('%.17g', math.max(0, total - delta)),
+               '#at', tostring(now))
+  end
 end
 return tostring(first)

@@ -1,32 +1,56 @@
--- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically; and record
--- the admission for the pools' projected load (overload/admitted.py) in the same call.
+-- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically; record the
+-- admission for the pools' projected load (overload/admitted.py) and keep the tier's
+-- fair shares between its tenants (limiter/fairness.py) in the same call.
 --
 -- KEYS[i], i <= n   a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
--- KEYS[n + 1]       optional: the tier's record of recent admissions (hash)
 -- ARGV[1]           cost, in tokens
 -- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
--- with a record, then: KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
+-- then optional groups, each named by its first argument, each with the next KEYS:
+--   'record', KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
+--        KEYS: the tier's record of recent admissions (hash)
+--   'fair', tenant, weight, window (ms), active (ms), reserve (tokens), new ask (1|0)
+--        KEYS: the tier's fair-share state (hash), its active tenants (sorted set)
 --
 -- Buckets are refilled and stored as bucket_level.lua (loaded before this) does: on
 -- Redis's own clock, a missing key a full bucket.
 --
 -- Returns {allowed (1|0), refused bucket index (0 if none), retry after (ms, -1 if
 -- never: cost above that bucket's burst), tokens left in bucket 1 (string), when the
--- admission was recorded (Redis time, ms; 0: not recorded)}.
+-- admission was recorded (Redis time, ms; 0: not recorded), refused for being over its
+-- fair share (1|0)}.
 
 local cost = tonumber(ARGV[1])
-local n = #KEYS
-if #ARGV > 2 * n + 1 then
-  n = n - 1
+local n, at = 0, 2
+while ARGV[at] ~= nil and tonumber(ARGV[at]) ~= nil do
+  n, at = n + 1, at + 2
 end
+local next_key = n + 1
+local record, fair
+while ARGV[at] ~= nil do
+  if ARGV[at] == 'record' then
+    record = {key = KEYS[next_key], blocks = tonumber(ARGV[at + 1]), pool = ARGV[at + 2],
+              slot = tonumber(ARGV[at + 3]), keep = tonumber(ARGV[at + 4]),
+              even_refused = ARGV[at + 5] == '1'}
+    next_key, at = next_key + 1, at + 6
+  elseif ARGV[at] == 'fair' then
+    fair = {state = KEYS[next_key], active = KEYS[next_key + 1], tenant = ARGV[at + 1],
+            weight = tonumber(ARGV[at + 2]), window = tonumber(ARGV[at + 3]),
+            active_ms = tonumber(ARGV[at + 4]), reserve = tonumber(ARGV[at + 5]),
+            new_ask = ARGV[at + 6] ~= '0'}
+    next_key, at = next_key + 2, at + 7
+  else
+    return redis.error_reply('token_bucket.lua: unknown argument group ' .. ARGV[at])
+  end
+end
+
 local levels = {}
-local refused, longest_wait = 0, 0
+local refused, longest_wait, over_share = 0, 0, 0
 
 for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
   if cost > burst then
-    return {0, i, -1, tostring(burst), 0}
+    return {0, i, -1, tostring(burst), 0, 0}
   end
   local tokens = refilled(KEYS[i], rate, burst)
   levels[i] = tokens
@@ -38,23 +62,106 @@ for i = 1, n do
   end
 end
 
+-- Fair shares (README, Fair shares inside a tier). Each tenant's entry in the state is
+-- "served,asked,at (ms),weight": tokens served and asked for, decayed over `window`;
+-- '#weights' sums the active tenants' weights, '#served' (decayed, as of '#at') what
+-- they were served. A tenant is active while it asked within `active_ms`; those gone
+-- quiet leave both sums (at most 100 a call).
+local entry, weights, total
+local function decayed(value, since)
+  return value * math.exp(-math.max(0, now - since) / fair.window)
+end
+if fair ~= nil then
+  local sums = redis.call('HMGET', fair.state, '#weights', '#served', '#at')
+  weights = tonumber(sums[1] or '0')
+  total = decayed(tonumber(sums[2] or '0'), tonumber(sums[3] or now))
+  local quiet = redis.call('ZRANGEBYSCORE', fair.active, '-inf', now - fair.active_ms,
+                           'LIMIT', 0, 100)
+  for _, name in ipairs(quiet) do
+    local gone = redis.call('HGET', fair.state, 't:' .. name)
+    if gone then
+      local s, _, t, w = string.match(gone, '([^,]+),([^,]+),([^,]+),([^,]+)')
+      weights = weights - tonumber(w)
+      total = total - decayed(tonumber(s), tonumber(t))
+      redis.call('HDEL', fair.state, 't:' .. name)
+    end
+    redis.call('ZREM', fair.active, name)
+  end
+  local mine = redis.call('HGET', fair.state, 't:' .. fair.tenant)
+  entry = {served = 0, asked = 0}
+  if mine then
+    local s, a, t, w = string.match(mine, '([^,]+),([^,]+),([^,]+),([^,]+)')
+    entry.served = decayed(tonumber(s), tonumber(t))
+    entry.asked = decayed(tonumber(a), tonumber(t))
+    weights = weights - tonumber(w)  -- its weight may have changed: counted anew below
+  end
+  local others = math.max(0, weights)
+  weights = others + fair.weight
+  total = math.max(total, entry.served)
+  -- Over its share: served more per unit of weight than the tier's active tenants were
+  -- on average. Then it may not take the bucket below the reserve, kept for those under
+  -- theirs; alone in the tier, it is owed no one. (A tenant under its weight's part of
+  -- the rate of a contended tier, whose tenants are served the whole rate, is under the
+  -- average; one that asks for less than its part is never over it.) Both sides count
+  -- half of this request: admitted while under, each tenant's service then runs a
+  -- sawtooth around its share itself, whatever its weight (counted whole or not at all,
+  -- a light tenant would overshoot its share by more than a heavy one).
+  local over = others > fair.weight * 1e-9
+    and (entry.served + cost / 2) / fair.weight > (total + cost / 2) / weights
+  if over and levels[1] - cost < fair.reserve then
+    local rate = tonumber(ARGV[2])
+    local wait = math.ceil((fair.reserve + cost - levels[1]) * 1000 / rate)
+    if wait > longest_wait then
+      refused, longest_wait, over_share = 1, wait, 1
+    end
+  end
+end
+
+local function keep_fair(admitted)
+  if fair == nil then
+    return
+  end
+  local keep = math.ceil(fair.active_ms + fair.window)
+  if refused > 1 then  -- refused by its own budget: it does not contend for the tier's
+    if redis.call('HEXISTS', fair.state, 't:' .. fair.tenant) == 0 then
+      weights = weights - fair.weight  -- not active: out of the sum again
+    end
+  else
+    if admitted then
+      entry.served = entry.served + cost
+      total = total + cost
+    end
+    if fair.new_ask then  -- a waiter asking again was counted when it first asked
+      entry.asked = entry.asked + cost
+    end
+    redis.call('HSET', fair.state, 't:' .. fair.tenant,
+               string.format('%.17g,%.17g,%.17g,%.17g', entry.served, entry.asked, now,
+                             fair.weight))
+    redis.call('ZADD', fair.active, now, fair.tenant)
+  end
+  redis.call('HSET', fair.state, '#weights', string.format('%.17g', math.max(0, weights)),
+             '#served', string.format('%.17g', math.max(0, total)), '#at', tostring(now))
+  -- Both live as long as each other: a tenant in the state is always in the set.
+  redis.call('PEXPIRE', fair.state, keep)
+  redis.call('PEXPIRE', fair.active, keep)
+end
+
 -- Recent admissions: per slot of `slot` ms and pool, fields "<slot>|b|<pool>" (blocks)
 -- and "<slot>|n|<pool>" (requests); readers drop the old ones (read_admitted.lua).
-local function record()
-  if n == #KEYS or (refused > 0 and ARGV[2 * n + 6] ~= '1') then
+local function recorded()
+  if record == nil or (refused > 0 and not record.even_refused) then
     return 0
   end
-  local base = 2 * n + 1
-  local key, pool = KEYS[n + 1], ARGV[base + 2]
-  local slot = math.floor(now / tonumber(ARGV[base + 3]))
-  redis.call('HINCRBY', key, slot .. '|b|' .. pool, tonumber(ARGV[base + 1]))
-  redis.call('HINCRBY', key, slot .. '|n|' .. pool, 1)
-  redis.call('PEXPIRE', key, tonumber(ARGV[base + 4]))
+  local slot = math.floor(now / record.slot)
+  redis.call('HINCRBY', record.key, slot .. '|b|' .. record.pool, record.blocks)
+  redis.call('HINCRBY', record.key, slot .. '|n|' .. record.pool, 1)
+  redis.call('PEXPIRE', record.key, record.keep)
   return math.floor(now)
 end
 
 if refused > 0 then
-  return {0, refused, longest_wait, tostring(levels[1]), record()}
+  keep_fair(false)
+  return {0, refused, longest_wait, tostring(levels[1]), recorded(), over_share}
 end
 
 for i = 1, n do
@@ -62,4 +169,5 @@ for i = 1, n do
   local burst = tonumber(ARGV[2 * i + 1])
   store(KEYS[i], levels[i] - cost, rate, burst)
 end
-return {1, 0, 0, tostring(levels[1] - cost), record()}
+keep_fair(true)
+return {1, 0, 0, tostring(levels[1] - cost), recorded(), 0}

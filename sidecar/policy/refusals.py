@@ -13,6 +13,8 @@ class Reason(enum.StrEnum):
     COST_EXCEEDS_BURST = "cost_exceeds_burst"
     TENANT_RATE_LIMITED = "tenant_rate_limited"
     SHED_TIER_BUDGET = "shed_tier_budget"
+    # Over its fair share of a contended tier: the rest is kept for the tier's others.
+    SHED_FAIR_SHARE = "shed_fair_share"
     SHED_KV_WATERMARK = "shed_kv_watermark"
     SHED_INFLIGHT = "shed_inflight"
     SHED_QUEUE_FULL = "shed_queue_full"

@@ -70,8 +70,15 @@ def test_tenants_add_list_remove_and_keys_are_stored_hashed(cli, redis_url):
     assert key.encode() not in everything and b"my-key" not in everything
     assert client.hget("qos:{qos-config}:apikeys", hash_api_key(key)) == b"acme"
 
+    weighted = cli(redis_url, "tenants", "add", "heavy", "--tier", "p1", "--weight", "3")
+    assert weighted.returncode == 0, weighted.stderr
+    unweighted = cli(redis_url, "tenants", "add", "x", "--tier", "p1", "--weight", "0")
+    assert unweighted.returncode == 2 and "weight" in unweighted.stderr
+
     listing = cli(redis_url, "tenants", "list").stdout
     assert "acme" in listing and "pay" in listing and "500" in listing
+    heavy = next(line for line in listing.splitlines() if line.startswith("heavy "))
+    assert heavy.split()[1:4] == ["p1", "-", "3"]  # tier, no rate, weight 3
     assert cli(redis_url, "tenants", "remove", "acme").returncode == 0
     assert client.hget("qos:{qos-config}:apikeys", hash_api_key(key)) is None
     gone = cli(redis_url, "tenants", "remove", "acme")

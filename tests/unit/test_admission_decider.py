@@ -106,6 +106,30 @@ async def test_cost_is_tokens_times_the_tier_weight_and_tenant_buckets_join():
 
 
 @pytest.mark.asyncio
+async def test_the_tier_bucket_names_who_asks_for_its_fair_shares():
+    limiter = FakeLimiter()
+    await decider(limiter, fairness={"reserve": 0.4}).decide(chat("k-cap"))
+    await decider(limiter, fairness={"enabled": False}).decide(chat("k-cap"))
+    (_, fair), (_, plain) = limiter.calls
+    share = fair[0].fair
+    assert (share.tenant, share.weight, share.window_seconds) == ("capped", 1.0, 2.0)
+    assert share.state_key == "qos:{bucket-p1}:fair"
+    assert share.reserve == pytest.approx(0.4 * fair[0].burst)
+    assert fair[1].fair is None  # the tenant's own bucket is its alone
+    assert plain[0].fair is None
+
+
+@pytest.mark.asyncio
+async def test_over_its_fair_share_a_tenant_is_shed_as_such():
+    over = FakeLimiter(Verdict(False, refused=0, retry_after=9.0, over_fair_share=True))
+    shed = await decider(over).decide(chat("k-p2", stream=True))
+    assert isinstance(shed, Respond) and shed.reason == "shed_fair_share"
+    # P0 is never shed for budget, fair share or not.
+    admitted = await decider(over).decide(chat("k-p0"))
+    assert isinstance(admitted, Admit) and admitted.reason == "admitted_over_budget"
+
+
+@pytest.mark.asyncio
 async def test_p0_body_is_rewritten_with_the_output_cap():
     decision = await decider(FakeLimiter()).decide(chat("k-p0", max_tokens=2048))
     assert isinstance(decision, Admit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.limiter.buckets import BucketSpec, Verdict
+from sidecar.limiter.buckets import BucketSpec, FairShare, Verdict
 from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.resilient import LocalTokenBuckets
 from tests.unit.clock import Clock
@@ -69,3 +69,35 @@ async def test_a_changed_rate_asks_the_shared_buckets_again():
     faster = BucketSpec(TIER.key, rate=1000.0, burst=100.0)
     await cache.acquire(50, [faster])
     assert (shared.calls, cache.hits) == (3, 0)
+
+
+class OverShare:
+    """A tier whose reserve is kept for others: each call refused as over a fair share,
+    lacking what `lacking` says (in tokens, at the bucket's rate)."""
+
+    def __init__(self, lacking: float) -> None:
+        self.lacking = lacking
+        self.calls = 0
+
+    async def acquire(self, cost, buckets, load=None) -> Verdict:
+        self.calls += 1
+        rate = buckets[0].rate
+        return Verdict(False, refused=0, retry_after=self.lacking / rate, over_fair_share=True)
+
+
+def fair_tier(tenant: str) -> BucketSpec:
+    share = FairShare("qos:{bucket-p2}:fair", "qos:{bucket-p2}:fair-active", tenant, 1, 2, 5, 50)
+    return BucketSpec(TIER.key, TIER.rate, TIER.burst, share)
+
+
+async def test_a_fair_share_refusal_is_remembered_for_its_tenant_only():
+    clock = Clock()
+    shared = OverShare(lacking=30)
+    cache = OverLimitCache(shared, clock)
+    first = await cache.acquire(40, [fair_tier("flood")])
+    assert first.over_fair_share and shared.calls == 1
+    again = await cache.acquire(40, [fair_tier("flood")])  # the same tenant: answered here
+    assert not again.allowed and again.over_fair_share and shared.calls == 1
+    # Another tenant of the tier may be under its share: the shared buckets decide.
+    await cache.acquire(40, [fair_tier("light")])
+    assert shared.calls == 2

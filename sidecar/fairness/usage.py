@@ -1,0 +1,77 @@
+"""What each active tenant of a tier was served and asked for, read from the fair-share
+state the token-bucket script keeps in Redis, and how fair that was."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import redis.asyncio as redis
+
+from sidecar.config.schema import FairnessConfig
+from sidecar.fairness.shares import jain_index, max_min_shares
+from sidecar.limiter.buckets import fair_share_keys
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    tenant: str
+    weight: float
+    served: float  # tokens a second, over the fairness window
+    asked: float  # tokens a second asked for, admitted or not
+    entitled: float  # its weighted max-min share of the tier's rate, by what it asked
+
+
+@dataclass(frozen=True)
+class TierFairness:
+    tier: str
+    pool: str
+    rate: float  # the tier's tokens a second
+    tenants: tuple[TenantUsage, ...]  # the active ones, most served first
+
+    @property
+    def index(self) -> float | None:
+        """Jain's index over served / entitled: 1 when every tenant got its share."""
+        return jain_index(t.served / t.entitled for t in self.tenants if t.entitled > 0)
+
+    def top(self, count: int) -> tuple[TenantUsage, ...]:
+        return self.tenants[:count]
+
+
+def tier_fairness(
+    state: dict[bytes, bytes], now_ms: float, config: FairnessConfig, tier: str, pool: str,
+    rate: float,
+) -> TierFairness:  # fmt: skip
+    """The tier's active tenants from its state hash (fields "t:<tenant>" holding
+    "served,asked,at ms,weight", decayed over the window since `at`)."""
+    window_ms, active_ms = config.window_seconds * 1000, config.active_seconds * 1000
+    found: dict[str, tuple[float, float, float]] = {}
+    for field, value in state.items():
+        name = field.decode()
+        if not name.startswith("t:"):
+            continue
+        served, asked, at, weight = (float(part) for part in value.decode().split(","))
+        if now_ms - at > active_ms:
+            continue  # gone quiet; the script drops it on a later call
+        decay = math.exp(-max(0.0, now_ms - at) / window_ms)
+        per_second = decay / config.window_seconds
+        found[name[2:]] = (served * per_second, asked * per_second, weight)
+    entitled = max_min_shares(
+        {t: asked for t, (_, asked, _) in found.items()},
+        {t: weight for t, (_, _, weight) in found.items()},
+        rate,
+    )
+    tenants = sorted(
+        (TenantUsage(t, w, s, a, entitled[t]) for t, (s, a, w) in found.items()),
+        key=lambda usage: (-usage.served, usage.tenant),
+    )
+    return TierFairness(tier, pool, rate, tuple(tenants))
+
+
+async def read_tier_fairness(
+    client: redis.Redis, config: FairnessConfig, tier: str, pool: str, rate: float
+) -> TierFairness:
+    state_key, _ = fair_share_keys(tier, pool)
+    state = await client.hgetall(state_key)
+    seconds, micros = await client.time()
+    return tier_fairness(state, seconds * 1000 + micros / 1000, config, tier, pool, rate)

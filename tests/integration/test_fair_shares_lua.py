@@ -1,0 +1,143 @@
+"""Fair shares between a tier's tenants, kept by the token-bucket script in real Redis."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sidecar.limiter.buckets import (
+    BucketSpec,
+    FairShare,
+    fair_share_keys,
+    tenant_bucket_key,
+    tier_bucket_key,
+)
+from sidecar.limiter.redis_buckets import RedisTokenBuckets
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+RATE, BURST, RESERVE = 1000.0, 1000.0, 500.0
+STATE, ACTIVE = fair_share_keys("p1")
+
+
+def tier(
+    tenant: str, weight: float = 1.0, active_seconds: float = 5.0, window: float = 0.5
+) -> BucketSpec:
+    """P1's bucket of 1 000 tokens at 1 000 a second, asked by `tenant`; a tenant's share
+    of the tier over the window (0.5 s: 500 tokens) is split by weight."""
+    fair = FairShare(STATE, ACTIVE, tenant, weight, window, active_seconds, RESERVE)
+    return BucketSpec(tier_bucket_key("p1"), RATE, BURST, fair)
+
+
+async def test_alone_a_tenant_may_take_the_whole_bucket(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    for _ in range(9):
+        assert (await buckets.acquire(100, [tier("a")])).allowed
+    last = await buckets.acquire(100, [tier("a")])
+    assert last.allowed, last
+    assert last.remaining < 100  # down to the bottom, past the reserve
+
+
+async def test_over_its_share_a_tenant_stops_at_the_reserve_kept_for_the_others(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    assert (await buckets.acquire(10, [tier("b")])).allowed  # b is active: two tenants
+    taken = 0
+    while (verdict := await buckets.acquire(100, [tier("a")])).allowed:
+        taken += 100
+        assert taken <= BURST
+    # Served more than the tier's tenants on average, a may take only what lies above the
+    # reserve: 490 of the 990 left (the refill may let one more in).
+    assert 400 <= taken <= 500, taken
+    assert verdict.over_fair_share and verdict.refused == 0
+    assert verdict.remaining >= RESERVE - 100 - 1
+    # ~0.1 s: what a lacks above the reserve, at the tier's rate.
+    assert 0 < verdict.retry_after <= 0.1 + 0.01
+    # b, served less than the average, takes from the reserve until it is past it too
+    # (each side counting half the ask): 10, 110, 210 and 310 served, +50, against the
+    # average's 230, 280, 330 and 380; then 460 against 430.
+    for _ in range(4):
+        answer = await buckets.acquire(100, [tier("b")])
+        assert answer.allowed and answer.remaining < RESERVE
+    assert (await buckets.acquire(100, [tier("b")])).over_fair_share
+
+
+async def test_weights_set_the_shares(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    taken = {"heavy": 0, "light": 0}
+    weights = {"heavy": 3, "light": 1}
+    light_kept_out = False
+    for _ in range(40):  # they ask in turn until the bucket is dry
+        for name, weight in weights.items():
+            verdict = await buckets.acquire(50, [tier(name, weight=weight)])
+            taken[name] += 50 if verdict.allowed else 0
+            light_kept_out |= name == "light" and verdict.over_fair_share
+    # Above the reserve they shared alike; below it, light was served more per unit of
+    # weight than the average and kept out, heavy took the rest: 3 to 1 all told.
+    assert light_kept_out
+    assert 2.5 <= taken["heavy"] / taken["light"] <= 3.5, taken
+    assert sum(taken.values()) >= BURST - 50
+    state = await aredis.hgetall(STATE)
+    assert float(state[b"#weights"]) == 4.0
+    # What they were served, decayed over the half-second window as the calls went on.
+    assert 0.8 * sum(taken.values()) <= float(state[b"#served"]) <= sum(taken.values())
+
+
+async def test_quiet_tenants_leave_the_sum_of_weights(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    await buckets.acquire(1, [tier("gone", active_seconds=0.05)])
+    await aredis.pexpire(ACTIVE, 60_000)  # keys live on; only the activity matters
+    members = await aredis.zrange(ACTIVE, 0, -1, withscores=True)
+    # Make "gone" look quiet for 10 s instead of sleeping past its 50 ms.
+    await aredis.zadd(ACTIVE, {members[0][0]: members[0][1] - 10_000})
+    verdict = await buckets.acquire(900, [tier("stays", active_seconds=0.05)])
+    assert verdict.allowed  # alone again: no reserve kept for a tenant gone quiet
+    state = await aredis.hgetall(STATE)
+    assert b"t:gone" not in state and float(state[b"#weights"]) == 1.0
+    assert await aredis.zrange(ACTIVE, 0, -1) == [b"stays"]
+
+
+async def test_a_tenant_refused_by_its_own_rate_does_not_contend_for_the_tier(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    own = BucketSpec(tenant_bucket_key("p1", "capped"), rate=1, burst=10)
+    verdict = await buckets.acquire(50, [tier("capped"), own])
+    assert not verdict.allowed and verdict.refused == 1  # cost above its own burst
+    verdict = await buckets.acquire(5, [tier("capped"), own])
+    assert verdict.allowed
+    assert not (await buckets.acquire(8, [tier("capped"), own])).allowed  # its own rate
+    # It asked and was served once: active. Another tenant is then not alone...
+    assert await aredis.zrange(ACTIVE, 0, -1) == [b"capped"]
+    # ...but a tenant that only ever hit its own limit would not be.
+    await aredis.delete(STATE, ACTIVE)
+    assert not (await buckets.acquire(8, [tier("capped2"), own])).allowed
+    assert await aredis.exists(ACTIVE) == 0
+
+
+async def test_without_fairness_the_script_answers_as_before(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    plain = BucketSpec(tier_bucket_key("p1"), RATE, BURST)
+    for _ in range(10):
+        assert (await buckets.acquire(100, [plain])).allowed
+    assert await aredis.exists(STATE, ACTIVE) == 0
+
+
+async def test_a_settlement_corrects_what_the_tenant_was_served(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    assert (await buckets.acquire(400, [tier("a")])).allowed  # reserved its answer
+    await buckets.settle(300, [tier("a")])  # the answer was shorter: 300 given back
+    served, _, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
+    assert 95 <= float(served) <= 100  # 100 served, decayed over the few ms since
+    assert 95 <= float(await aredis.hget(STATE, "#served")) <= 100
+    plain = BucketSpec(tier_bucket_key("p1"), RATE, BURST)
+    assert await buckets.settle(-50, [plain]) is not None  # without fairness, as before
+
+
+async def test_a_waiter_asking_again_is_not_counted_as_asking_more(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    first = tier("a")
+    again = BucketSpec(first.key, RATE, BURST, dataclasses.replace(first.fair, new_ask=False))
+    assert (await buckets.acquire(100, [first])).allowed
+    assert (await buckets.acquire(100, [again])).allowed
+    served, asked, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
+    assert 190 <= float(served) <= 200  # both served...
+    assert 95 <= float(asked) <= 100  # ...one asked for (decayed over the ms since)
