@@ -275,7 +275,6 @@ class AdmissionDecider:
         self._budget_waiting[key] = self._budget_waiting.get(key, 0.0) + cost
         asking = self._budget_asking.setdefault(key, asyncio.Lock())
         delay = verdict.retry_after or 0.0
-        again = _asking_again(buckets)
         try:
             while True:
                 await asyncio.sleep(delay)
@@ -287,7 +286,7 @@ class AdmissionDecider:
                 async with asking:
                     held = self._hold(request)
                     try:
-                        verdict = await self._limiter.acquire(cost, again, held and held.load)
+                        verdict = await self._limiter.acquire(cost, buckets, held and held.load)
                         if verdict.allowed:
                             _confirm(held, verdict.recorded_ms)
                             break
@@ -379,15 +378,6 @@ def _waiting_key(refused: BucketSpec) -> str:
     of its own tenant (a tenant over its share waits for what lies above the tier's
     reserve; the others must not wait behind it)."""
     return refused.key if refused.fair is None else f"{refused.key}|{refused.fair.tenant}"
-
-
-def _asking_again(buckets: list[BucketSpec]) -> list[BucketSpec]:
-    """The same buckets, for a waiter asking again: its tenant asked once."""
-    first = buckets[0]
-    if first.fair is None:
-        return buckets
-    fair = dataclasses.replace(first.fair, new_ask=False)
-    return [dataclasses.replace(first, fair=fair), *buckets[1:]]
 
 
 def _budget_reason(verdict: Verdict) -> Reason:

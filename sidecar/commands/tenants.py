@@ -136,12 +136,12 @@ async def _top(store: ConfigStore, args: argparse.Namespace) -> None:
             if not fairness.tenants:
                 continue
             print(
-                f"  {'TENANT':<24} {'WEIGHT':>7} {'SERVED/s':>10} {'ASKED/s':>10} "
+                f"  {'TENANT':<24} {'WEIGHT':>7} {'SERVED/s':>10} {'REFUSED/s':>10} "
                 f"{'ENTITLED/s':>11} {'SERVED/ENTITLED':>16}"
             )
             for usage in fairness.top(args.count):
                 ratio = usage.served / usage.entitled if usage.entitled > 0 else 0.0
                 print(
                     f"  {usage.tenant:<24} {usage.weight:>7g} {usage.served:>10,.0f} "
-                    f"{usage.asked:>10,.0f} {usage.entitled:>11,.0f} {ratio:>16.2f}"
+                    f"{usage.refused:>10,.0f} {usage.entitled:>11,.0f} {ratio:>16.2f}"
                 )

@@ -1,4 +1,4 @@
-"""What each active tenant of a tier was served and asked for, read from the fair-share
+"""What each active tenant of a tier was served and refused, read from the fair-share
 state the token-bucket script keeps in Redis, and how fair that was."""
 
 from __future__ import annotations
@@ -12,14 +12,20 @@ from sidecar.config.schema import FairnessConfig
 from sidecar.fairness.shares import jain_index, max_min_shares
 from sidecar.limiter.buckets import fair_share_keys
 
+# Refused tokens, as a part of those served, that say a tenant wanted more (rounding and
+# the decay of an old refusal aside).
+REFUSED_AT_ALL = 0.01
+
 
 @dataclass(frozen=True)
 class TenantUsage:
     tenant: str
     weight: float
     served: float  # tokens a second, over the fairness window
-    asked: float  # tokens a second asked for, admitted or not
-    entitled: float  # its weighted max-min share of the tier's rate, by what it asked
+    refused: float  # tokens a second the tier's bucket refused it (held or shed)
+    # Its weighted max-min share of the tier's rate: what it was served, if it wanted no
+    # more (nothing refused), else its part of what those tenants leave.
+    entitled: float
 
 
 @dataclass(frozen=True)
@@ -43,21 +49,21 @@ def tier_fairness(
     rate: float,
 ) -> TierFairness:  # fmt: skip
     """The tier's active tenants from its state hash (fields "t:<tenant>" holding
-    "served,asked,at ms,weight", decayed over the window since `at`)."""
+    "served,refused,at ms,weight", decayed over the window since `at`)."""
     window_ms, active_ms = config.window_seconds * 1000, config.active_seconds * 1000
     found: dict[str, tuple[float, float, float]] = {}
     for field, value in state.items():
         name = field.decode()
         if not name.startswith("t:"):
             continue
-        served, asked, at, weight = (float(part) for part in value.decode().split(","))
+        served, refused, at, weight = (float(part) for part in value.decode().split(","))
         if now_ms - at > active_ms:
             continue  # gone quiet; the script drops it on a later call
         decay = math.exp(-max(0.0, now_ms - at) / window_ms)
         per_second = decay / config.window_seconds
-        found[name[2:]] = (served * per_second, asked * per_second, weight)
+        found[name[2:]] = (served * per_second, refused * per_second, weight)
     entitled = max_min_shares(
-        {t: asked for t, (_, asked, _) in found.items()},
+        {t: _demand(served, refused) for t, (served, refused, _) in found.items()},
         {t: weight for t, (_, _, weight) in found.items()},
         rate,
     )
@@ -66,6 +72,13 @@ def tier_fairness(
         key=lambda usage: (-usage.served, usage.tenant),
     )
     return TierFairness(tier, pool, rate, tuple(tenants))
+
+
+def _demand(served: float, refused: float) -> float:
+    """What a tenant wants: what it got, unless the tier refused it some of what it asked
+    (a refusal's count, not its size, is the signal: the over-limit cache answers many
+    refusals without Redis, so what reaches the script undercounts what was asked)."""
+    return math.inf if refused > REFUSED_AT_ALL * max(served, 1.0) else served
 
 
 async def read_tier_fairness(

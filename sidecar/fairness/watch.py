@@ -78,7 +78,7 @@ class FairnessCollector(Collector):
         )
         entitled = GaugeMetricFamily(
             "qos_tier_top_tenant_entitled_tokens_per_second",
-            "Their weighted max-min fair share of the tier's rate, by what they asked.",
+            "Their weighted max-min fair share of the tier's rate, by what they wanted.",
             labels=[*labels, "tenant"],
         )
         top = self._snapshot().config.fairness.top_tenants

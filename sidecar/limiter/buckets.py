@@ -17,15 +17,13 @@ class FairShare:
     tier's rate over the last `window_seconds` may not take it lower (see README,
     Fair shares inside a tier)."""
 
-    state_key: str  # hash: per tenant what it was served and asked for, decayed
+    state_key: str  # hash: per tenant what it was served and refused, decayed
     active_key: str  # sorted set: tenant by when it last asked (Redis ms)
     tenant: str
     weight: float
     window_seconds: float
     active_seconds: float
     reserve: float  # tokens
-    # Whether this call is a new ask (False: a waiter asking again, already counted).
-    new_ask: bool = True
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ class RedisTokenBuckets:
         if fair is not None:  # the first bucket is the tier's
             keys += [fair.state_key, fair.active_key]
             args += ["fair", fair.tenant, fair.weight, fair.window_seconds * 1000]
-            args += [fair.active_seconds * 1000, fair.reserve, 1 if fair.new_ask else 0]
+            args += [fair.active_seconds * 1000, fair.reserve]
         allowed, refused, wait_ms, remaining, recorded, over_share = await self._script(
             keys=keys, args=args
         )

@@ -36,14 +36,14 @@ end
 if fair ~= nil then
   local entry = redis.call('HGET', fair.state, 't:' .. fair.tenant)
   if entry then  -- still active: correct its share and the tier's sum
-    local s, a, t, w = string.match(entry, '([^,]+),([^,]+),([^,]+),([^,]+)')
+    local s, r, t, w = string.match(entry, '([^,]+),([^,]+),([^,]+),([^,]+)')
     local decay = math.exp(-math.max(0, now - tonumber(t)) / fair.window)
     local served = math.max(0, tonumber(s) * decay - delta)
     local sums = redis.call('HMGET', fair.state, '#served', '#at')
     local total = tonumber(sums[1] or '0')
     total = total * math.exp(-math.max(0, now - tonumber(sums[2] or now)) / fair.window)
     redis.call('HSET', fair.state, 't:' .. fair.tenant,
-               string.format('%.17g,%.17g,%.17g,%s', served, tonumber(a) * decay, now, w),
+               string.format('%.17g,%.17g,%.17g,%s', served, tonumber(r) * decay, now, w),
                '#served', string.format('%.17g', math.max(0, total - delta)),
                '#at', tostring(now))
   end

@@ -8,7 +8,7 @@
 -- then optional groups, each named by its first argument, each with the next KEYS:
 --   'record', KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
 --        KEYS: the tier's record of recent admissions (hash)
---   'fair', tenant, weight, window (ms), active (ms), reserve (tokens), new ask (1|0)
+--   'fair', tenant, weight, window (ms), active (ms), reserve (tokens)
 --        KEYS: the tier's fair-share state (hash), its active tenants (sorted set)
 --
 -- Buckets are refilled and stored as bucket_level.lua (loaded before this) does: on
@@ -35,9 +35,8 @@ while ARGV[at] ~= nil do
   elseif ARGV[at] == 'fair' then
     fair = {state = KEYS[next_key], active = KEYS[next_key + 1], tenant = ARGV[at + 1],
             weight = tonumber(ARGV[at + 2]), window = tonumber(ARGV[at + 3]),
-            active_ms = tonumber(ARGV[at + 4]), reserve = tonumber(ARGV[at + 5]),
-            new_ask = ARGV[at + 6] ~= '0'}
-    next_key, at = next_key + 2, at + 7
+            active_ms = tonumber(ARGV[at + 4]), reserve = tonumber(ARGV[at + 5])}
+    next_key, at = next_key + 2, at + 6
   else
     return redis.error_reply('token_bucket.lua: unknown argument group ' .. ARGV[at])
   end
@@ -63,37 +62,59 @@ for i = 1, n do
 end
 
 -- Fair shares (README, Fair shares inside a tier). Each tenant's entry in the state is
--- "served,asked,at (ms),weight": tokens served and asked for, decayed over `window`;
+-- "served,refused,at (ms),weight": tokens served, and refused by the tier's bucket (it
+-- wanted more than it got: waiting or shed), decayed over `window`;
 -- '#weights' sums the active tenants' weights, '#served' (decayed, as of '#at') what
--- they were served. A tenant is active while it asked within `active_ms`; those gone
--- quiet leave both sums (at most 100 a call).
-local entry, weights, total
+-- they were served. A tenant is active while it asked within `active_ms`. Cheap on the
+-- common path (one HMGET, one HSET): every SWEEP_MS a sweep looks at the tenants whose
+-- score in the sorted set (when they were first seen, or last swept) is older than
+-- that; those that asked since get their last ask as score, the others (at most 100 a
+-- sweep) leave the sums. The sweep renews the keys' expiry too.
+local SWEEP_MS = 100
+local entry, weights, total, mine_at, swept
 local function decayed(value, since)
   return value * math.exp(-math.max(0, now - since) / fair.window)
 end
+local function parsed(value)
+  local s, a, t, w = string.match(value, '([^,]+),([^,]+),([^,]+),([^,]+)')
+  return tonumber(s), tonumber(a), tonumber(t), tonumber(w)
+end
 if fair ~= nil then
-  local sums = redis.call('HMGET', fair.state, '#weights', '#served', '#at')
-  weights = tonumber(sums[1] or '0')
-  total = decayed(tonumber(sums[2] or '0'), tonumber(sums[3] or now))
-  local quiet = redis.call('ZRANGEBYSCORE', fair.active, '-inf', now - fair.active_ms,
-                           'LIMIT', 0, 100)
-  for _, name in ipairs(quiet) do
-    local gone = redis.call('HGET', fair.state, 't:' .. name)
-    if gone then
-      local s, _, t, w = string.match(gone, '([^,]+),([^,]+),([^,]+),([^,]+)')
-      weights = weights - tonumber(w)
-      total = total - decayed(tonumber(s), tonumber(t))
-      redis.call('HDEL', fair.state, 't:' .. name)
+  local got = redis.call('HMGET', fair.state, '#weights', '#served', '#at', '#swept',
+                         't:' .. fair.tenant)
+  weights = tonumber(got[1] or '0')
+  total = decayed(tonumber(got[2] or '0'), tonumber(got[3] or now))
+  local mine = got[5]
+  swept = now - tonumber(got[4] or '0') >= SWEEP_MS
+  if swept then
+    local quiet = redis.call('ZRANGEBYSCORE', fair.active, '-inf', now - fair.active_ms,
+                             'LIMIT', 0, 100)
+    for _, name in ipairs(quiet) do
+      local gone = name == fair.tenant and mine or redis.call('HGET', fair.state, 't:' .. name)
+      local s, _, t, w
+      if gone then
+        s, _, t, w = parsed(gone)
+      end
+      if gone and t > now - fair.active_ms then
+        redis.call('ZADD', fair.active, t, name)  -- asked since its score was last set
+      else
+        if gone then
+          weights = weights - w
+          total = total - decayed(s, t)
+          redis.call('HDEL', fair.state, 't:' .. name)
+        end
+        redis.call('ZREM', fair.active, name)
+        if name == fair.tenant then
+          mine = false
+        end
+      end
     end
-    redis.call('ZREM', fair.active, name)
   end
-  local mine = redis.call('HGET', fair.state, 't:' .. fair.tenant)
-  entry = {served = 0, asked = 0}
+  entry = {served = 0, refused = 0}
   if mine then
-    local s, a, t, w = string.match(mine, '([^,]+),([^,]+),([^,]+),([^,]+)')
-    entry.served = decayed(tonumber(s), tonumber(t))
-    entry.asked = decayed(tonumber(a), tonumber(t))
-    weights = weights - tonumber(w)  -- its weight may have changed: counted anew below
+    local s, a, t, w = parsed(mine)
+    entry.served, entry.refused, mine_at = decayed(s, t), decayed(a, t), t
+    weights = weights - w  -- its weight may have changed: counted anew below
   end
   local others = math.max(0, weights)
   weights = others + fair.weight
@@ -121,29 +142,38 @@ local function keep_fair(admitted)
   if fair == nil then
     return
   end
-  local keep = math.ceil(fair.active_ms + fair.window)
+  local fields = {}
   if refused > 1 then  -- refused by its own budget: it does not contend for the tier's
-    if redis.call('HEXISTS', fair.state, 't:' .. fair.tenant) == 0 then
+    if mine_at == nil then
       weights = weights - fair.weight  -- not active: out of the sum again
+    end
+    if not swept then
+      return  -- nothing changed
     end
   else
     if admitted then
       entry.served = entry.served + cost
       total = total + cost
+    else
+      entry.refused = entry.refused + cost
     end
-    if fair.new_ask then  -- a waiter asking again was counted when it first asked
-      entry.asked = entry.asked + cost
+    fields = {'t:' .. fair.tenant,
+              string.format('%.17g,%.17g,%.17g,%.17g', entry.served, entry.refused, now,
+                            fair.weight)}
+    if mine_at == nil then  -- new: its score is kept up to date by the sweeps
+      redis.call('ZADD', fair.active, now, fair.tenant)
     end
-    redis.call('HSET', fair.state, 't:' .. fair.tenant,
-               string.format('%.17g,%.17g,%.17g,%.17g', entry.served, entry.asked, now,
-                             fair.weight))
-    redis.call('ZADD', fair.active, now, fair.tenant)
   end
   redis.call('HSET', fair.state, '#weights', string.format('%.17g', math.max(0, weights)),
-             '#served', string.format('%.17g', math.max(0, total)), '#at', tostring(now))
-  -- Both live as long as each other: a tenant in the state is always in the set.
-  redis.call('PEXPIRE', fair.state, keep)
-  redis.call('PEXPIRE', fair.active, keep)
+             '#served', string.format('%.17g', math.max(0, total)), '#at', tostring(now),
+             unpack(fields))
+  if swept then
+    -- Both live as long as each other: a tenant in the state is always in the set.
+    local keep = math.ceil(fair.active_ms + fair.window + 2 * SWEEP_MS)
+    redis.call('HSET', fair.state, '#swept', tostring(now))
+    redis.call('PEXPIRE', fair.state, keep)
+    redis.call('PEXPIRE', fair.active, keep)
+  end
 end
 
 -- Recent admissions: per slot of `slot` ms and pool, fields "<slot>|b|<pool>" (blocks)

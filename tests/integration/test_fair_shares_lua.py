@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from sidecar.limiter.buckets import (
@@ -86,10 +84,12 @@ async def test_weights_set_the_shares(aredis):
 async def test_quiet_tenants_leave_the_sum_of_weights(aredis):
     buckets = RedisTokenBuckets(aredis)
     await buckets.acquire(1, [tier("gone", active_seconds=0.05)])
-    await aredis.pexpire(ACTIVE, 60_000)  # keys live on; only the activity matters
-    members = await aredis.zrange(ACTIVE, 0, -1, withscores=True)
-    # Make "gone" look quiet for 10 s instead of sleeping past its 50 ms.
-    await aredis.zadd(ACTIVE, {members[0][0]: members[0][1] - 10_000})
+    # Make "gone" look quiet for 10 s, and the last sweep long ago, instead of sleeping.
+    ((name, score),) = await aredis.zrange(ACTIVE, 0, -1, withscores=True)
+    await aredis.zadd(ACTIVE, {name: score - 10_000})
+    served, asked, at, weight = (await aredis.hget(STATE, "t:gone")).decode().split(",")
+    old = float(at) - 10_000
+    await aredis.hset(STATE, mapping={"t:gone": f"{served},{asked},{old},{weight}", "#swept": 0})
     verdict = await buckets.acquire(900, [tier("stays", active_seconds=0.05)])
     assert verdict.allowed  # alone again: no reserve kept for a tenant gone quiet
     state = await aredis.hgetall(STATE)
@@ -132,12 +132,21 @@ async def test_a_settlement_corrects_what_the_tenant_was_served(aredis):
     assert await buckets.settle(-50, [plain]) is not None  # without fairness, as before
 
 
-async def test_a_waiter_asking_again_is_not_counted_as_asking_more(aredis):
+async def test_what_the_tier_refused_a_tenant_is_kept_as_its_want_of_more(aredis):
     buckets = RedisTokenBuckets(aredis)
-    first = tier("a")
-    again = BucketSpec(first.key, RATE, BURST, dataclasses.replace(first.fair, new_ask=False))
-    assert (await buckets.acquire(100, [first])).allowed
-    assert (await buckets.acquire(100, [again])).allowed
-    served, asked, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
-    assert 190 <= float(served) <= 200  # both served...
-    assert 95 <= float(asked) <= 100  # ...one asked for (decayed over the ms since)
+    assert (await buckets.acquire(900, [tier("a")])).allowed
+    assert not (await buckets.acquire(400, [tier("a")])).allowed  # the tier's bucket
+    served, refused, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
+    assert 890 <= float(served) <= 900 and 390 <= float(refused) <= 400  # decayed a little
+
+
+async def test_a_sweep_keeps_a_tenant_that_asked_since_its_score_was_set(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    await buckets.acquire(1, [tier("busy", active_seconds=1)])
+    ((name, score),) = await aredis.zrange(ACTIVE, 0, -1, withscores=True)
+    await aredis.zadd(ACTIVE, {name: score - 10_000})  # first seen long ago...
+    await aredis.hset(STATE, "#swept", 0)  # ...and a sweep due
+    await buckets.acquire(1, [tier("other", active_seconds=1)])
+    scores = dict(await aredis.zrange(ACTIVE, 0, -1, withscores=True))
+    assert scores[b"busy"] == pytest.approx(score)  # its last ask, not quiet
+    assert float(await aredis.hget(STATE, "#weights")) == 2.0

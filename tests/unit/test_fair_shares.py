@@ -78,16 +78,31 @@ def test_a_tier_s_state_reads_as_rates_shares_and_an_index():
     now = 100_000.0
     state = {
         b"#weights": b"3",
-        b"t:flood": f"{2 * 4_900},{2 * 70_000},{now},1".encode(),  # 4 900/s of 70 000 asked
-        b"t:light": f"{2 * 700},{2 * 700},{now - 2_000},2".encode(),  # 2 s old: decayed
-        b"t:gone": f"{2 * 700},{2 * 700},{now - 6_000},1".encode(),  # quiet: not counted
+        # 4 900 tokens a second served, 60 000 refused: it wants more.
+        b"t:flood": f"{2 * 4_900},{2 * 60_000},{now},1".encode(),
+        # Never refused, its last ask 2 s ago: decayed, and wanting no more.
+        b"t:light": f"{2 * 700},0,{now - 2_000},2".encode(),
+        b"t:gone": f"{2 * 700},0,{now - 6_000},1".encode(),  # quiet: not counted
     }
     fairness = tier_fairness(state, now, config, "p1", "default", 7_000)
     flood, light = fairness.tenants
     assert (flood.tenant, light.tenant) == ("flood", "light")  # most served first
-    assert flood.served == pytest.approx(4_900) and flood.asked == pytest.approx(70_000)
+    assert flood.served == pytest.approx(4_900) and flood.refused == pytest.approx(60_000)
     assert light.served == pytest.approx(700 * math.exp(-1))
-    assert light.entitled == pytest.approx(light.asked)  # asked less than its share
-    assert flood.entitled == pytest.approx(7_000 - light.asked)  # the rest is the flood's
+    assert light.entitled == pytest.approx(light.served)  # got all it wanted
+    assert flood.entitled == pytest.approx(7_000 - light.served)  # the rest is the flood's
     assert fairness.index == pytest.approx(jain_index([flood.served / flood.entitled, 1.0]))
     assert fairness.top(1) == (flood,)
+
+
+def test_a_tenant_refused_while_another_takes_more_than_its_share_shows_as_unfair():
+    config = FairnessConfig()
+    now = 50_000.0
+    state = {  # weight 1 each, both refused: 3 500 a second each would be fair
+        b"t:big": f"{2 * 6_000},{2 * 9_000},{now},1".encode(),
+        b"t:small": f"{2 * 1_000},{2 * 500},{now},1".encode(),
+    }
+    fairness = tier_fairness(state, now, config, "p1", "default", 7_000)
+    assert [t.entitled for t in fairness.tenants] == [pytest.approx(3_500)] * 2
+    assert fairness.index == pytest.approx(jain_index([6 / 3.5, 1 / 3.5]))
+    assert fairness.index < 0.8
