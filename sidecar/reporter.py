@@ -1,7 +1,8 @@
-"""`qos-sidecar report`: scrapes one vLLM's /metrics and pushes its load to the sidecars.
+"""`qos-sidecar report`: scrapes one model server's /metrics and pushes its load to the
+sidecars (vLLM, SGLang, trtllm-serve, Triton's TensorRT-LLM backend, TGI: sidecar/dialects/).
 
-It runs beside a vLLM pod, so pods need no Redis credentials. It never exits on a
-failure: while vLLM restarts it reports nothing (the pod goes stale and stops counting),
+It runs beside a model-server pod, so pods need no Redis credentials. It never exits on
+a failure: while the server restarts it reports nothing (the pod goes stale and stops counting),
 while the sidecar is unreachable it keeps scraping and retries on the next tick.
 """
 
@@ -18,23 +19,23 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar import logs
+from sidecar import dialects, logs
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.options import setting
 
 log = logging.getLogger(__name__)
 
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
-RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
-CACHE_CONFIG = "vllm:cache_config_info"
 POLICIES = ("", "fcfs", "priority")  # "": unknown
 
 
 @dataclass(frozen=True)
 class Settings:
-    vllm_url: str = setting("http://127.0.0.1:8000", "QOS_VLLM_URL", "the vLLM to watch")
+    vllm_url: str = setting(
+        "http://127.0.0.1:8000",
+        "QOS_VLLM_URL",
+        "the model server to watch (vLLM, or another one: --dialect)",
+    )
     sidecar: str = setting("127.0.0.1:50051", "QOS_SIDECAR_ADDRESS", "sidecar gRPC address")
     pod_id: str = setting("", "POD_NAME", "this pod's id (default: host name and vLLM port)")
     interval: float = setting(0.2, "QOS_REPORT_INTERVAL", "seconds between reports")
@@ -56,9 +57,18 @@ class Settings:
         "the --scheduling-policy vLLM runs with (fcfs or priority), passed on in each report "
         "so the sidecar can warn when engine.send_priority meets fcfs; empty: unknown",
     )
+    dialect: str = setting(
+        "",
+        "QOS_METRICS_DIALECT",
+        "whose /metrics the server speaks: vllm, sglang, trtllm (trtllm-serve), triton "
+        "(Triton's TensorRT-LLM backend) or tgi; empty: found from the metrics themselves",
+    )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
 
     def __post_init__(self) -> None:
+        if self.dialect and self.dialect not in dialects.DIALECTS:
+            known = ", ".join(dialects.DIALECTS)
+            raise SystemExit(f"--dialect {self.dialect!r}: one of {known}, or empty")
         if self.scheduling_policy not in POLICIES:
             raise SystemExit(
                 f"--scheduling-policy {self.scheduling_policy!r}: fcfs, priority or empty"
@@ -73,67 +83,25 @@ class Settings:
         return f"{socket.gethostname()}:{port}"
 
 
-class MetricsUnreadable(ValueError):
-    """The text has none of vLLM's KV-cache metrics."""
-
-
-def parse_vllm_metrics(
-    text: str, pod_id: str, scheduling_policy: str = ""
+def load_report(
+    text: str, pod_id: str, scheduling_policy: str = "", dialect: str = ""
 ) -> load_report_pb2.LoadReport:
-    """A load report from vLLM's Prometheus text.
-
-    Per engine (vLLM labels each series with `engine`; a data-parallel pod has several):
-    KV usage is averaged (the engines' caches are alike), running and waiting are summed.
-    The block count is taken once: every engine's `vllm:cache_config_info` repeats the
-    pod's figure, already summed over its engines (vLLM 0.33), so adding them up would
-    count the pod's capacity once per engine.
-    """
-    usage: dict[str, list[float]] = {name: [] for name in KV_USAGE}
-    running = waiting = 0.0
-    blocks = block_size = 0
-    models: set[str] = set()
-    any_vllm = False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            any_vllm = any_vllm or sample.name.startswith("vllm:")
-            if "model_name" in sample.labels:
-                models.add(sample.labels["model_name"])
-            if sample.name in usage:
-                usage[sample.name].append(sample.value)
-            elif sample.name == RUNNING:
-                running += sample.value
-            elif sample.name == WAITING:
-                waiting += sample.value
-            elif sample.name == CACHE_CONFIG:
-                blocks = max(blocks, _int_label(sample.labels.get("num_gpu_blocks")))
-                block_size = max(block_size, _int_label(sample.labels.get("block_size")))
-    values = next((usage[name] for name in KV_USAGE if usage[name]), None)
-    if values is None:
-        if not any_vllm:
-            raise MetricsUnreadable(
-                "no vllm: series at all: is vLLM started with --disable-log-stats? "
-                "It removes every vllm: metric, and the reporter needs its KV-cache usage"
-            )
-        raise MetricsUnreadable(f"no {' or '.join(KV_USAGE)} in the metrics")
+    """A load report from a model server's Prometheus text, in its dialect (found from
+    the text when not given: sidecar/dialects/)."""
+    pod = dialects.read(text, dialect)
     return load_report_pb2.LoadReport(
         pod_id=pod_id,
-        model=next(iter(models)) if len(models) == 1 else "",
-        kv_cache_usage=min(max(sum(values) / len(values), 0.0), 1.0),
-        kv_blocks_total=blocks,
-        kv_block_size=block_size,
-        num_requests_running=int(running),
-        num_requests_waiting=int(waiting),
+        model=pod.model,
+        kv_cache_usage=pod.kv_usage or 0.0,
+        kv_cache_unknown=pod.kv_usage is None,
+        kv_blocks_total=pod.kv_blocks_total,
+        kv_block_size=pod.kv_block_size,
+        num_requests_running=pod.running,
+        num_requests_waiting=pod.waiting,
         observed_unix_ms=int(time.time() * 1000),
         scheduling_policy=scheduling_policy,
+        dialect=pod.dialect,
     )
-
-
-def _int_label(value: str | None) -> int:
-    """A count from an info label ("None" before vLLM has profiled its memory)."""
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
 
 
 class Reporter:
@@ -162,10 +130,12 @@ class Reporter:
             async with http.get(f"{self.settings.vllm_url}/metrics") as response:
                 response.raise_for_status()
                 text = await response.text()
-            report = parse_vllm_metrics(text, self.pod_id, self.settings.scheduling_policy)
+            report = load_report(
+                text, self.pod_id, self.settings.scheduling_policy, self.settings.dialect
+            )
             report.pool = self.settings.pool
             report.capacity_tokens_per_second = self.settings.capacity_tokens_per_second
-        except (aiohttp.ClientError, TimeoutError, MetricsUnreadable) as error:
+        except (aiohttp.ClientError, TimeoutError, dialects.MetricsUnreadable) as error:
             self._trouble("vllm", f"cannot read {self.settings.vllm_url}/metrics: {error}")
             return
         try:

@@ -13,6 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sidecar import logs
+from sidecar.mockvllm.dialect_metrics import DialectCollector
 from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
 from sidecar.mockvllm.metrics import EngineCollector, LatencyMetrics
 from sidecar.mockvllm.openai_shapes import SSE_DONE, ResponseShaper, error_body, usage
@@ -23,6 +24,7 @@ from sidecar.options import setting
 log = logging.getLogger(__name__)
 
 
+METRICS_DIALECTS = ("vllm", "sglang", "trtllm", "triton", "tgi")
 # Above any body a gateway in front buffers (envoy.yaml: 4 MiB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -62,8 +64,17 @@ class Settings:
     time_scale: float = setting(1.0, "MOCK_VLLM_TIME_SCALE", "multiplies every duration")
     seed: int = setting(0, "MOCK_VLLM_SEED", "seed of the answers' lengths and words")
     log_level: str = setting("INFO", "MOCK_VLLM_LOG_LEVEL", "log level")
+    metrics_dialect: str = setting(
+        "vllm",
+        None,
+        "whose /metrics to expose: vllm, sglang, trtllm (trtllm-serve), triton (Triton's "
+        "TensorRT-LLM backend) or tgi",
+    )
 
     def engine_config(self) -> EngineConfig:
+        if self.metrics_dialect not in METRICS_DIALECTS:
+            known = ", ".join(METRICS_DIALECTS)
+            raise SystemExit(f"--metrics-dialect {self.metrics_dialect!r}: one of {known}")
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise SystemExit(f"--scheduling-policy {self.scheduling_policy!r}: fcfs or priority")
         return EngineConfig(
@@ -127,9 +138,14 @@ class MockVllm:
         self.settings = settings
         self.engine = Engine(settings.engine_config())
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(self.engine, settings.model_name))
-        self._latency = LatencyMetrics(self.registry, settings.model_name)
-        self.engine.on_finish = self._latency.observe
+        if settings.metrics_dialect == "vllm":
+            self.registry.register(EngineCollector(self.engine, settings.model_name))
+            self._latency = LatencyMetrics(self.registry, settings.model_name)
+            self.engine.on_finish = self._latency.observe
+        else:  # another server's names only: no vllm: series for a reader to find
+            self.registry.register(
+                DialectCollector(self.engine, settings.model_name, settings.metrics_dialect)
+            )
 
     def app(self) -> web.Application:
         # vLLM's server sets no body limit of its own (aiohttp's default is 1 MiB): a prompt

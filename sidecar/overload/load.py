@@ -29,7 +29,7 @@ from sidecar.overload.admitted import DEFAULT_BLOCK_SIZE, Recent, unreported
 @dataclass(frozen=True)
 class PodLoad:
     pod_id: str
-    kv_cache_usage: float  # 0..1
+    kv_cache_usage: float | None  # 0..1; None: its server has no KV-cache figure (TGI)
     kv_blocks_total: int  # 0 when unknown
     running: int
     waiting: int
@@ -103,19 +103,24 @@ def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
     if not fresh:
         return ClusterLoad((), None, 0)
     weights = _stand_in_for_unknown([p.kv_blocks_total for p in fresh])
-    free = sum(
-        w * (1.0 - min(max(p.kv_cache_usage, 0.0), 1.0))
-        for w, p in zip(weights, fresh, strict=True)
-    )
+    # The watermark is over the pods that say their KV use; the others count in flight.
+    known = [(w, p.kv_cache_usage) for w, p in zip(weights, fresh, strict=True)]
+    known = [(w, usage) for w, usage in known if usage is not None]
+    free = None
+    if known:
+        free = sum(w * (1.0 - min(max(u, 0.0), 1.0)) for w, u in known)
+        free /= sum(w for w, _ in known)
     capacities = [p.capacity_tokens_per_second for p in fresh]
     capacity = sum(_stand_in_for_unknown(capacities)) if any(c > 0 for c in capacities) else None
     sizes = [p.kv_block_size for p in fresh if p.kv_block_size > 0]
     return ClusterLoad(
         fresh,
-        free / sum(weights),
+        free,
         sum(p.running + p.waiting for p in fresh),
         capacity,
-        kv_blocks_total=sum(weights) if any(p.kv_blocks_total > 0 for p in fresh) else 0.0,
+        kv_blocks_total=sum(w for w, _ in known)
+        if any(p.kv_blocks_total > 0 for p in fresh)
+        else 0.0,
         kv_block_size=round(statistics.median(sizes)) if sizes else DEFAULT_BLOCK_SIZE,
     )
 

@@ -323,7 +323,8 @@ class LoadCollector(Collector):
         )
         for pod in load.pods:
             age.add_metric([pod.pod_id], pod.age_seconds)
-            usage.add_metric([pod.pod_id], pod.kv_cache_usage)
+            if pod.kv_cache_usage is not None:  # a server without a KV figure: none
+                usage.add_metric([pod.pod_id], pod.kv_cache_usage)
         yield age
         yield usage
         unconfirmed = GaugeMetricFamily(

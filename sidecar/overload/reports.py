@@ -55,7 +55,7 @@ class ReportStore:
             fresh.append(
                 PodLoad(
                     pod_id=report.pod_id,
-                    kv_cache_usage=report.kv_cache_usage,
+                    kv_cache_usage=None if report.kv_cache_unknown else report.kv_cache_usage,
                     kv_blocks_total=report.kv_blocks_total,
                     running=report.num_requests_running,
                     waiting=report.num_requests_waiting,

@@ -42,6 +42,6 @@ def _problem(report: load_report_pb2.LoadReport) -> str | None:
     if not report.pod_id or len(report.pod_id) > 253:
         return "pod_id must be 1 to 253 characters"
     usage = report.kv_cache_usage
-    if math.isnan(usage) or not 0.0 <= usage <= 1.0:
+    if not report.kv_cache_unknown and (math.isnan(usage) or not 0.0 <= usage <= 1.0):
         return "kv_cache_usage must be within 0..1"
     return None

@@ -18,6 +18,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 BLOCK = 16
 KV_BLOCKS = 625  # 10 000 tokens
 KEYS = {"p0": "kv-p0", "p1": "kv-p1", "p2": "kv-p2"}
+# A slow mock GPU: a decode step every 2 s (the KV in use barely grows), prompts
+# prefilled whole (a filler takes its blocks at once).
+SLOW_GPU = (
+    "--kv-cache-tokens",
+    str(KV_BLOCKS * BLOCK),
+    "--decode-step-ms",
+    "2000",
+    "--no-chunked-prefill",
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +38,7 @@ def kv_stack(tmp_path_factory):
         tmp_path_factory.mktemp("kv-stack"),
         replicas=1,
         envoy_concurrency=1,
-        mock_args=(
-            "--kv-cache-tokens",
-            str(KV_BLOCKS * BLOCK),
-            "--decode-step-ms",
-            "2000",
-            "--no-chunked-prefill",
-        ),
+        mock_args=SLOW_GPU,
     )
     with Stack(options) as stack:
         config = stack.config

@@ -37,6 +37,18 @@ def test_in_flight_counts_running_and_waiting_and_no_pods_means_unknown():
     assert not nothing.known and nothing.free_kv_ratio is None
 
 
+def test_a_pod_without_a_kv_figure_counts_in_flight_only():
+    # TGI exposes no KV-cache gauge: the watermark is the other pods', in flight all of them.
+    load = aggregate([pod("vllm", 0.9, 1000, running=4), pod("tgi", None, 0, running=6)])
+    assert load.free_kv_ratio == pytest.approx(0.1) and load.in_flight == 10
+    only_tgi = aggregate([pod("tgi", None, 0, running=90, waiting=5)])
+    assert only_tgi.known and only_tgi.free_kv_ratio is None
+    state = SheddingState()
+    state.update(only_tgi, CONFIG)
+    # No KV watermark to read; the in-flight rule still sheds P2 at 95 of 100.
+    assert state.shedding == {Tier.P0: None, Tier.P1: None, Tier.P2: Reason.SHED_INFLIGHT}
+
+
 def shedding_at(state: SheddingState, free: float, in_flight: int = 0, config=CONFIG):
     state.update(aggregate([pod("a", 1 - free, running=in_flight)]), config)
     return {tier: state.shedding[tier] for tier in Tier}

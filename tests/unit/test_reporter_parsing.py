@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.reporter import MetricsUnreadable, Settings, parse_vllm_metrics
+from sidecar.dialects import MetricsUnreadable
+from sidecar.reporter import Settings, load_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
@@ -14,7 +15,7 @@ def fixture(name: str) -> str:
 
 
 def test_vllm_033_with_two_data_parallel_engines():
-    report = parse_vllm_metrics(fixture("vllm-0.33-dp2.prom"), "pod-dp", "priority")
+    report = load_report(fixture("vllm-0.33-dp2.prom"), "pod-dp", "priority")
     # Usage averaged over the engines, requests summed, the pod's blocks counted once
     # (each engine's cache_config_info repeats the pod's sum: 2 x 27136).
     assert report.kv_cache_usage == pytest.approx(0.30)
@@ -26,7 +27,7 @@ def test_vllm_033_with_two_data_parallel_engines():
 
 
 def test_vllm_06_legacy_names():
-    report = parse_vllm_metrics(fixture("vllm-0.6-legacy.prom"), "pod-old")
+    report = load_report(fixture("vllm-0.6-legacy.prom"), "pod-old")
     assert report.kv_cache_usage == pytest.approx(0.8731)
     assert (report.num_requests_running, report.num_requests_waiting) == (24, 6)
     assert report.kv_blocks_total == 27_987
@@ -39,12 +40,12 @@ def test_a_vllm_without_stats_is_named_as_the_likely_cause():
     # vLLM started with --disable-log-stats: its /metrics has no vllm: series at all.
     text = "# TYPE python_gc_objects_collected_total counter\npython_gc_objects_collected_total 9\n"
     with pytest.raises(MetricsUnreadable, match="--disable-log-stats"):
-        parse_vllm_metrics(text, "p")
+        load_report(text, "p")
 
 
 def test_blocks_not_yet_known_count_as_unknown():
     text = fixture("vllm-0.33-dp2.prom").replace('num_gpu_blocks="54272"', 'num_gpu_blocks="None"')
-    assert parse_vllm_metrics(text, "p").kv_blocks_total == 0
+    assert load_report(text, "p").kv_blocks_total == 0
 
 
 def test_the_scheduling_policy_setting_takes_only_what_vllm_knows():
@@ -73,7 +74,7 @@ vllm:num_requests_running{model_name="m"} 2.0
 
 
 def test_current_metric_names():
-    report = parse_vllm_metrics(V1, "pod-a")
+    report = load_report(V1, "pod-a")
     assert report.pod_id == "pod-a"
     assert report.kv_cache_usage == pytest.approx(0.42)
     assert (report.num_requests_running, report.num_requests_waiting) == (7, 3)
@@ -82,21 +83,19 @@ def test_current_metric_names():
 
 
 def test_legacy_metric_name_and_missing_figures():
-    report = parse_vllm_metrics(LEGACY, "pod-b")
+    report = load_report(LEGACY, "pod-b")
     assert report.kv_cache_usage == pytest.approx(0.9)
     assert (report.num_requests_waiting, report.kv_blocks_total) == (0, 0)
 
 
 def test_the_new_name_wins_when_both_are_there():
     both = V1 + "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.99\n"
-    assert parse_vllm_metrics(both, "p").kv_cache_usage == pytest.approx(0.42)
+    assert load_report(both, "p").kv_cache_usage == pytest.approx(0.42)
 
 
 def test_text_without_kv_metrics_is_refused():
     with pytest.raises(MetricsUnreadable, match="kv_cache_usage_perc"):
-        parse_vllm_metrics(
-            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n", "p"
-        )
+        load_report("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n", "p")
 
 
 def test_pod_id_defaults_to_host_and_port():

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LoadReport(_message.Message):
-    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms", "scheduling_policy", "pool", "capacity_tokens_per_second", "kv_block_size")
+    __slots__ = ("pod_id", "model", "kv_cache_usage", "kv_blocks_total", "num_requests_running", "num_requests_waiting", "observed_unix_ms", "scheduling_policy", "pool", "capacity_tokens_per_second", "kv_block_size", "kv_cache_unknown", "dialect")
     POD_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,8 @@ class LoadReport(_message.Message):
     POOL_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
     pod_id: str
     model: str
     kv_cache_usage: float
@@ -28,7 +30,9 @@ class LoadReport(_message.Message):
     pool: str
     capacity_tokens_per_second: float
     kv_block_size: int
-    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_tokens_per_second: _Optional[float] = ..., kv_block_size: _Optional[int] = ...) -> None: ...
+    kv_cache_unknown: bool
+    dialect: str
+    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_tokens_per_second: _Optional[float] = ..., kv_block_size: _Optional[int] = ..., kv_cache_unknown: _Optional[bool] = ..., dialect: _Optional[str] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("ttl_ms",)
