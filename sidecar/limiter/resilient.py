@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # again, for this long.
 FAILURES_TO_GO_LOCAL = 3
 RETURN_GRACE_SECONDS = 1.0
+# How long the probe waits for Redis's answer (not a decision's deadline).
+PROBE_TIMEOUT_SECONDS = 0.5
 
 
 class LocalTokenBuckets:
@@ -150,18 +152,31 @@ class ResilientLimiter:
             self._probe = asyncio.get_running_loop().create_task(self._wait_for_redis())
 
     async def _wait_for_redis(self) -> None:
+        """Until Redis answers again: then budgets are shared again. Nothing may end this
+        loop but that (an error of any kind from the client library, while it reconnects
+        to a master that came back, would leave budgets local for good)."""
+        said = False
         while True:
             await asyncio.sleep(self._probe_seconds)
-            with contextlib.suppress(redis.RedisError, TimeoutError):
-                await asyncio.wait_for(self._redis.ping(), max(self._timeout, 0.05))
+            try:
+                # Off the decision path: the probe may wait for a connection to be made
+                # on a busy machine, where the decisions' deadline would give up on it.
+                await asyncio.wait_for(self._redis.ping(), PROBE_TIMEOUT_SECONDS)
                 warm = getattr(self._shared, "warm", None)
                 if warm is not None:  # scripts in place before decisions need them
                     await asyncio.wait_for(warm(), 1.0)
-                self._shared_since = time.monotonic()
-                self.degraded = False
-                self.switches += 1
-                log.info("Redis is back: budgets are shared again")
-                return
+            except (redis.RedisError, TimeoutError):
+                continue
+            except Exception as error:  # the client library's own trouble: keep probing
+                if not said:  # once an outage
+                    log.warning("probing Redis failed unexpectedly: %r", error)
+                    said = True
+                continue
+            self._shared_since = time.monotonic()
+            self.degraded = False
+            self.switches += 1
+            log.info("Redis is back: budgets are shared again")
+            return
 
     async def stop(self) -> None:
         if self._probe is not None:

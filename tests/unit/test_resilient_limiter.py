@@ -88,3 +88,34 @@ async def test_a_slow_redis_costs_a_decision_at_most_the_timeout():
         assert loop.time() - started < 0.5 and limiter.degraded
     finally:
         await limiter.stop()
+
+
+class Flaky(Pinger):
+    """A client library in trouble while it reconnects: an error that is not Redis's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.odd_errors = 3
+
+    async def ping(self):
+        if self.odd_errors:
+            self.odd_errors -= 1
+            raise AttributeError("'NoneType' object has no attribute 'read'")
+        return True
+
+
+async def test_the_probe_survives_the_client_library_s_own_errors():
+    shared, pinger = Shared(), Flaky()
+    limiter = ResilientLimiter(shared, pinger, sidecars_alive=lambda: 1, probe_seconds=0.01)
+    try:
+        shared.failing = True
+        await limiter.acquire(1, [BUCKET])
+        assert limiter.degraded
+        shared.failing = False
+        for _ in range(100):
+            if not limiter.degraded:
+                break
+            await asyncio.sleep(0.01)
+        assert not limiter.degraded and pinger.odd_errors == 0
+    finally:
+        await limiter.stop()
