@@ -42,6 +42,9 @@ from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.queue import AdmissionQueue
 from sidecar.queueing.slots import Slot, SlotTable
 from sidecar.redis_errors import RedisErrorCollector
+from sidecar.scrape.resolver import Resolver
+from sidecar.scrape.scraper import ScrapeCollector, Scraper, ScrapeSettings
+from sidecar.scrape.targets import TargetsInvalid, parse_targets
 from sidecar.settings import SidecarSettings
 from sidecar.slo.control import Adjustment
 from sidecar.slo.controller import SloController
@@ -127,6 +130,15 @@ class SidecarServer:
         )
         self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
         self.metrics.registry.register(RedisErrorCollector())
+        self.scraper = Scraper(
+            self.redis,
+            reports,
+            self._snapshot,
+            scrape_settings(settings),
+            sidecar_id,
+            Resolver(settings.scrape_dns_server),
+        )
+        self.metrics.registry.register(ScrapeCollector(self.scraper))
         self.fairness = FairnessWatch(self._records_redis, self._snapshot)
         self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
 
@@ -207,6 +219,7 @@ class SidecarServer:
         await self.samples.start()
         await self.controller.start()
         await self.fairness.start()
+        await self.scraper.start()
         decider = self.decider = build_decider(
             self.settings,
             self.redis,
@@ -261,6 +274,7 @@ class SidecarServer:
             await self._admin.cleanup()
         await self.controller.stop()
         await self.fairness.stop()
+        await self.scraper.stop()
         await self.limiter.stop()
         await self.samples.stop()
         await self.queue.stop()
@@ -269,6 +283,20 @@ class SidecarServer:
         await self.redis.aclose()
         await self._records_redis.aclose()
         log.info("sidecar stopped")
+
+
+def scrape_settings(settings: SidecarSettings) -> ScrapeSettings:
+    try:
+        targets = parse_targets(settings.scrape_targets)
+    except TargetsInvalid as error:
+        raise SystemExit(f"--scrape-targets: {error}") from None
+    return ScrapeSettings(
+        targets,
+        interval=settings.scrape_interval,
+        timeout=settings.scrape_timeout,
+        lease_seconds=settings.scrape_lease_seconds,
+        resolve_seconds=settings.scrape_resolve_seconds,
+    )
 
 
 def _direction(step: Adjustment) -> str:

@@ -43,6 +43,30 @@ class SidecarSettings:
         "QOS_ADMIN_TOKEN",
         "token for the dashboard and its API (default: one is made and logged at start)",
     )
+    scrape_targets: str = setting(
+        "",
+        "QOS_SCRAPE_TARGETS",
+        "scrape mode: the model-server pods to read /metrics from, comma-separated "
+        "[GROUP=]HOST:PORT or [GROUP=]dns:NAME:PORT (every A/AAAA record of NAME); one "
+        "sidecar per group scrapes, by a Redis lease (empty: pods push their reports)",
+    )
+    scrape_interval: float = setting(
+        0.2, "QOS_SCRAPE_INTERVAL", "scrape mode: seconds between two scrapes of a pod"
+    )
+    scrape_timeout: float = setting(
+        0.15, "QOS_SCRAPE_TIMEOUT", "scrape mode: seconds a pod may take to answer"
+    )
+    scrape_lease_seconds: float = setting(
+        2.0, "QOS_SCRAPE_LEASE_SECONDS", "scrape mode: how soon another sidecar takes over"
+    )
+    scrape_resolve_seconds: float = setting(
+        5.0, "QOS_SCRAPE_RESOLVE_SECONDS", "scrape mode: seconds between two DNS lookups"
+    )
+    scrape_dns_server: str = setting(
+        "",
+        "QOS_SCRAPE_DNS_SERVER",
+        "scrape mode: HOST:PORT of the DNS server for dns: targets (default: the system's)",
+    )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
 
     @property
