@@ -2,38 +2,42 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from sidecar.dialects import sglang, tgi, triton, trtllm, vllm
 from sidecar.dialects.base import MetricsUnreadable, PodMetrics, Samples
+from sidecar.dialects.exposition import samples_of
 
 
 @dataclass(frozen=True)
 class Dialect:
     name: str
     prefix: str  # every series of the server's own starts with it
+    names: tuple[str, ...]  # the series it reads
     parse: Callable[[Samples], PodMetrics]
+
+    def speaks(self, text: str) -> bool:
+        return re.search(f"^{re.escape(self.prefix)}", text, re.MULTILINE) is not None
+
+    def read(self, text: str) -> PodMetrics:
+        return self.parse(samples_of(text, self.names))
 
 
 DIALECTS = {
-    module.NAME: Dialect(module.NAME, module.PREFIX, module.parse)
+    module.NAME: Dialect(module.NAME, module.PREFIX, module.NAMES, module.parse)
     for module in (vllm, sglang, trtllm, triton, tgi)
 }
 
 
 def read(text: str, dialect: str = "") -> PodMetrics:
     """The pod's load from its /metrics text, in `dialect` or the one the text speaks."""
-    samples = Samples.of(
-        s for family in text_string_to_metric_families(text) for s in family.samples
-    )
     if dialect:
-        return DIALECTS[dialect].parse(samples)
-    for candidate in DIALECTS.values():
-        if any(name.startswith(candidate.prefix) for name in samples.by_name):
-            return candidate.parse(samples)
+        return DIALECTS[dialect].read(text)
+    for candidate in DIALECTS.values():  # vLLM first
+        if candidate.speaks(text):
+            return candidate.read(text)
     raise MetricsUnreadable(
         "no model server's series (vllm:, sglang:, trtllm_, nv_trt_llm_, tgi_) in the "
         "metrics: is vLLM started with --disable-log-stats? It removes every vllm: "

@@ -32,6 +32,7 @@ USAGE, USED, CAPACITY = (
 )
 RUNNING, QUEUED = "sglang:num_running_reqs", "sglang:num_queue_reqs"
 CACHE_CONFIG = "sglang:cache_config_info"
+NAMES = (USAGE, USED, CAPACITY, RUNNING, QUEUED, CACHE_CONFIG)  # the series read
 # Labels of the ranks that repeat one scheduler's figures.
 REPEATING_RANKS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank"})
 

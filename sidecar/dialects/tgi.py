@@ -13,6 +13,7 @@ from sidecar.dialects.base import MetricsUnreadable, PodMetrics, Samples
 NAME = "tgi"
 PREFIX = "tgi_"
 BATCH, QUEUE = "tgi_batch_current_size", "tgi_queue_size"
+NAMES = (BATCH, QUEUE)  # the series read
 
 
 def parse(samples: Samples) -> PodMetrics:

@@ -19,6 +19,7 @@ NAME = "triton"
 PREFIX = "nv_trt_llm_"
 KV, REQUESTS = "nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics"
 KV_TYPE, REQUEST_TYPE = "kv_cache_block_type", "request_type"
+NAMES = (KV, REQUESTS)  # the series read
 
 
 def parse(samples: Samples) -> PodMetrics:

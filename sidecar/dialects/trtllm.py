@@ -17,6 +17,7 @@ UTILIZATION = "trtllm_kv_cache_utilization"
 MAX_BLOCKS, USED_BLOCKS = "trtllm_kv_cache_max_blocks", "trtllm_kv_cache_used_blocks"
 TOKENS_PER_BLOCK = "trtllm_kv_cache_tokens_per_block"
 RUNNING, WAITING = "trtllm_num_requests_running", "trtllm_num_requests_waiting"
+NAMES = (UTILIZATION, MAX_BLOCKS, USED_BLOCKS, TOKENS_PER_BLOCK, RUNNING, WAITING)
 
 
 def parse(samples: Samples) -> PodMetrics:

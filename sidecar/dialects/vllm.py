@@ -16,6 +16,7 @@ PREFIX = "vllm:"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 CACHE_CONFIG = "vllm:cache_config_info"
+NAMES = (*KV_USAGE, RUNNING, WAITING, CACHE_CONFIG)  # the series read
 
 
 def parse(samples: Samples) -> PodMetrics:

@@ -32,10 +32,16 @@ class ReportStore:
         self._read = client.register_script(_READ)
 
     async def put(self, report: load_report_pb2.LoadReport, ttl_seconds: float) -> None:
-        await self._store(
-            keys=[REPORTS_KEY, STAMPS_KEY],
-            args=[report.pod_id, report.SerializeToString(), max(1, round(ttl_seconds * 1000))],
-        )
+        await self.put_many([report], ttl_seconds)
+
+    async def put_many(self, reports: list[load_report_pb2.LoadReport], ttl_seconds: float) -> None:
+        """Several pods' reports in one call (a scrape of a group's pods)."""
+        if not reports:
+            return
+        args: list[str | bytes | int] = [max(1, round(ttl_seconds * 1000))]
+        for report in reports:
+            args += [report.pod_id, report.SerializeToString()]
+        await self._store(keys=[REPORTS_KEY, STAMPS_KEY], args=args)
 
     async def fresh(self) -> list[PodLoad]:
         """The reports that still count, by Redis's clock."""

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from sidecar import dialects, redis_errors
 from sidecar.background import Background
 from sidecar.config.store import Snapshot
+from sidecar.generated.qos.v1 import load_report_pb2
 from sidecar.overload.reports import ReportStore
 from sidecar.reporter import load_report
 from sidecar.scrape.resolver import Resolver
@@ -113,7 +114,19 @@ class Scraper:
         ids = {pod_id for pod_id, _ in pods}
         for gone in set(self.pods) - ids:  # left the name, or the group's lease
             del self.pods[gone]
-        await asyncio.gather(*(self._scrape(pod_id, url) for pod_id, url in pods))
+        scraped = await asyncio.gather(*(self._scrape(pod_id, url) for pod_id, url in pods))
+        reports = [report for report in scraped if report is not None]
+        ttl = self._snapshot().config.overload.report_ttl_seconds
+        try:
+            await self._reports.put_many(reports, ttl)  # one call for them all
+        except redis.RedisError:
+            redis_errors.note("load_reports")
+            for report in reports:
+                self._failed(self.pods[report.pod_id], "redis")
+            return
+        for report in reports:
+            state = self.pods[report.pod_id]
+            state.ok, state.reason = True, ""
 
     async def _pods_of(self, target: Target) -> list[tuple[str, str]]:
         addresses = [target.host]
@@ -138,29 +151,24 @@ class Scraper:
         self._resolved[target] = (time.monotonic(), addresses)
         return addresses
 
-    async def _scrape(self, pod_id: str, url: str) -> None:
+    async def _scrape(self, pod_id: str, url: str) -> load_report_pb2.LoadReport | None:
+        """The pod's report, or None (and why, in its state) when it gave none."""
         state = self.pods.setdefault(pod_id, PodState(pod_id))
         assert self._http is not None
         try:
             async with self._http.get(url) as response:
                 response.raise_for_status()
                 text = await response.text()
-            report = load_report(text, pod_id)
+            return load_report(text, pod_id)
         except TimeoutError:
-            return self._failed(state, "timeout")
+            self._failed(state, "timeout")
         except aiohttp.ClientResponseError as error:
-            return self._failed(state, f"http_{error.status}")
+            self._failed(state, f"http_{error.status}")
         except aiohttp.ClientError:
-            return self._failed(state, "unreachable")
+            self._failed(state, "unreachable")
         except dialects.MetricsUnreadable:
-            return self._failed(state, "unreadable")
-        ttl = self._snapshot().config.overload.report_ttl_seconds
-        try:
-            await self._reports.put(report, ttl)
-        except redis.RedisError:
-            redis_errors.note("load_reports")
-            return self._failed(state, "redis")
-        state.ok, state.reason = True, ""
+            self._failed(state, "unreadable")
+        return None
 
     @staticmethod
     def _failed(state: PodState, reason: str) -> None:

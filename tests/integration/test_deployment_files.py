@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sidecar.scrape.targets import parse_targets
 from sidecar.stack import envoy_config
 from tests.integration.test_envoy_configs import validate
 
@@ -50,6 +51,56 @@ def test_kubernetes_manifests_hold_together():
     assert headless["spec"]["clusterIP"] == "None"
     generated = kustomization["configMapGenerator"][0]
     assert (DEPLOY / "kubernetes" / generated["files"][0]).is_file()
+
+
+def patched(document: dict, operations: list[dict]) -> dict:
+    """`document` after the JSON-patch operations kustomize would apply (test, add with
+    "-", remove: the ones the scrape variant uses)."""
+    document = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = operation["path"].strip("/").split("/")
+        node = document
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key = last if isinstance(node, dict) else (len(node) if last == "-" else int(last))
+        if operation["op"] == "test":
+            assert node[key] == operation["value"], operation
+        elif operation["op"] == "add" and isinstance(node, list):
+            node.insert(key, operation["value"])
+        elif operation["op"] == "add":
+            node[key] = operation["value"]
+        elif operation["op"] == "remove":
+            del node[key]
+    return document
+
+
+def test_the_scrape_variant_drops_the_reporters_and_scrapes_the_headless_service():
+    variant = yaml.safe_load((DEPLOY / "kubernetes" / "scrape" / "kustomization.yaml").read_text())
+    assert variant["resources"] == [".."]
+    base = {
+        doc["metadata"]["name"]: doc
+        for doc in documents(DEPLOY / "kubernetes" / "gateway.yaml")
+        + documents(DEPLOY / "kubernetes" / "vllm.yaml")
+        if doc["kind"] == "Deployment"
+    }
+    result = {}
+    for patch in variant["patches"]:
+        name = patch["target"]["name"]
+        result[name] = patched(base[name], yaml.safe_load(patch["patch"]))
+    pods = result["vllm"]["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in pods] == ["vllm"]
+    sidecar = next(
+        c for c in result["qos-gateway"]["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "sidecar"
+    )  # fmt: skip
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    (target,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
+    namespace = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
+    assert target.dns and target.host == f"vllm.{namespace['namespace']}.svc.cluster.local"
+    headless = next(
+        d for d in documents(DEPLOY / "kubernetes" / "vllm.yaml") if d["kind"] == "Service"
+    )
+    assert target.port == headless["spec"]["ports"][0]["port"]
 
 
 def test_kubernetes_envoy_config_validates_and_matches_the_local_one():
