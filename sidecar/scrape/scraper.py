@@ -30,7 +30,7 @@ from sidecar.generated.qos.v1 import load_report_pb2
 from sidecar.overload.reports import ReportStore
 from sidecar.reporter import load_report
 from sidecar.scrape.resolver import Resolver
-from sidecar.scrape.targets import Target, endpoint
+from sidecar.scrape.targets import DEFAULT_GROUP, Target, endpoint
 from sidecar.slo.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class Scraper:
 
     async def tick(self) -> None:
         """Renew or take each group's lease; scrape the groups this sidecar holds."""
-        pods: list[tuple[str, str]] = []  # (pod id, /metrics URL)
+        pods: list[tuple[str, str, str]] = []  # (pod id, /metrics URL, pool)
+        pools = self._snapshot().pools
         for group, lease in self._leases.items():
             leading = await lease.hold(self.settings.lease_seconds)
             if leading != self.leading[group]:
@@ -110,11 +111,15 @@ class Scraper:
             if leading:
                 for target in self.settings.targets:
                     if target.group == group:
-                        pods += await self._pods_of(target)
-        ids = {pod_id for pod_id, _ in pods}
+                        # A group named after a model pool reports for it (as report
+                        # --pool does); otherwise the pool is the one serving the model.
+                        named = group != DEFAULT_GROUP and pools.get(group) is not None
+                        pool = group if named else ""
+                        pods += [(*pod, pool) for pod in await self._pods_of(target)]
+        ids = {pod_id for pod_id, _, _ in pods}
         for gone in set(self.pods) - ids:  # left the name, or the group's lease
             del self.pods[gone]
-        scraped = await asyncio.gather(*(self._scrape(pod_id, url) for pod_id, url in pods))
+        scraped = await asyncio.gather(*(self._scrape(*pod) for pod in pods))
         reports = [report for report in scraped if report is not None]
         ttl = self._snapshot().config.overload.report_ttl_seconds
         try:
@@ -151,7 +156,7 @@ class Scraper:
         self._resolved[target] = (time.monotonic(), addresses)
         return addresses
 
-    async def _scrape(self, pod_id: str, url: str) -> load_report_pb2.LoadReport | None:
+    async def _scrape(self, pod_id: str, url: str, pool: str) -> load_report_pb2.LoadReport | None:
         """The pod's report, or None (and why, in its state) when it gave none."""
         state = self.pods.setdefault(pod_id, PodState(pod_id))
         assert self._http is not None
@@ -159,7 +164,9 @@ class Scraper:
             async with self._http.get(url) as response:
                 response.raise_for_status()
                 text = await response.text()
-            return load_report(text, pod_id)
+            report = load_report(text, pod_id)
+            report.pool = pool
+            return report
         except TimeoutError:
             self._failed(state, "timeout")
         except aiohttp.ClientResponseError as error:

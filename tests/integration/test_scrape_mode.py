@@ -172,3 +172,26 @@ async def test_a_pod_that_does_not_answer_is_named_with_the_reason(tmp_path, red
         assert pods_reporting(sidecar.admin_url) == 0
     finally:
         sidecar.process.stop()
+
+
+async def test_a_group_named_after_a_pool_reports_for_it(tmp_path, redis_url, aredis, mock_vllm):
+    store = ConfigStore(aredis)
+    pools = {"chat": {"models": ["chat-model"]}, "shop": {"models": ["mock-llm"]}}
+    await store.save_config(QosConfig.from_partial({"pools": pools}))
+    named = mock_vllm().rsplit("/", 1)[-1]  # host:port of a mock serving mock-llm
+    unnamed = mock_vllm().rsplit("/", 1)[-1]
+    sidecar = await asyncio.to_thread(
+        start_sidecar, tmp_path, redis_url, "--scrape-targets", f"chat={named},{unnamed}"
+    )
+    try:
+        # Both mocks serve mock-llm, the shop pool's model: the group names the first
+        # one's pool (as report --pool does); without a group, the model does.
+        def reporting(pool: str) -> float | None:
+            samples = scrape(f"{sidecar.admin_url}/metrics")
+            return samples.get(f'qos_pool_pods_reporting{{pool="{pool}"}}')
+
+        await wait_until(
+            lambda: reporting("chat") == 1 and reporting("shop") == 1, what="a pod in each pool"
+        )
+    finally:
+        sidecar.process.stop()
