@@ -20,7 +20,10 @@ COMMANDS = {
     "serve": ("sidecar.server", "run the ext_proc sidecar (gRPC) and its admin HTTP server"),
     "up": ("sidecar.stack.up", "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas"),
     "mock-vllm": ("sidecar.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
-    "report": ("sidecar.reporter", "scrape one vLLM's load and report it to the sidecars"),
+    "report": (
+        "sidecar.reporter",
+        "report one model server's load (vLLM, SGLang, TensorRT-LLM, TGI) to the sidecars",
+    ),
     "tenants": ("sidecar.commands.tenants", "add, list and remove tenants and their API keys"),
     "config": ("sidecar.commands.config", "show, set, import and export the QoS configuration"),
     "mode": ("sidecar.commands.mode", "get or switch the operator mode: normal, core-only, shadow"),
