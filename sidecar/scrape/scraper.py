@@ -76,6 +76,7 @@ class Scraper:
         self.leading: dict[str, bool] = dict.fromkeys(groups, False)
         self.pods: dict[str, PodState] = {}  # by pod id, of the groups this sidecar scrapes
         self._resolved: dict[Target, tuple[float, list[str]]] = {}
+        self._looking_up: dict[Target, asyncio.Task[None]] = {}
         self._background = Background()
         self._http: aiohttp.ClientSession | None = None
 
@@ -85,6 +86,8 @@ class Scraper:
 
     async def stop(self) -> None:
         await self._background.stop()
+        for lookup in list(self._looking_up.values()):
+            lookup.cancel()
         if self._http is not None:
             await self._http.close()
 
@@ -115,7 +118,7 @@ class Scraper:
                         # --pool does); otherwise the pool is the one serving the model.
                         named = group != DEFAULT_GROUP and pools.get(group) is not None
                         pool = group if named else ""
-                        pods += [(*pod, pool) for pod in await self._pods_of(target)]
+                        pods += [(*pod, pool) for pod in self._pods_of(target)]
         ids = {pod_id for pod_id, _, _ in pods}
         for gone in set(self.pods) - ids:  # left the name, or the group's lease
             del self.pods[gone]
@@ -133,28 +136,34 @@ class Scraper:
             state = self.pods[report.pod_id]
             state.ok, state.reason = True, ""
 
-    async def _pods_of(self, target: Target) -> list[tuple[str, str]]:
-        addresses = [target.host]
-        if target.dns:
-            addresses = await self._addresses(target)
+    def _pods_of(self, target: Target) -> list[tuple[str, str]]:
+        addresses = self._addresses(target) if target.dns else [target.host]
         return [
             (pod_id, f"http://{pod_id}/metrics")
             for pod_id in (endpoint(address, target.port) for address in addresses)
         ]
 
-    async def _addresses(self, target: Target) -> list[str]:
-        """The name's addresses, resolved again every resolve_seconds; the last answer
-        while the DNS server does not answer."""
+    def _addresses(self, target: Target) -> list[str]:
+        """The name's addresses as last looked up; a new lookup is started, in the
+        background, every resolve_seconds. A slow or silent DNS server never holds a
+        scrape round up (the reports of every pod would go stale meanwhile): the round
+        goes on with the last answer."""
         at, addresses = self._resolved.get(target, (float("-inf"), []))
-        if time.monotonic() - at < self.settings.resolve_seconds:
-            return addresses
+        due = time.monotonic() - at >= self.settings.resolve_seconds
+        if due and target not in self._looking_up:
+            self._looking_up[target] = asyncio.create_task(self._look_up(target))
+        return addresses
+
+    async def _look_up(self, target: Target) -> None:
+        """Look the name up; on no answer, keep the last addresses until the next try."""
+        _, addresses = self._resolved.get(target, (float("-inf"), []))
         try:
             addresses = await self._resolver.addresses(target.host)
         except dns.exception.DNSException as error:
             log.warning("cannot resolve %s: %s", target.host, error)
-            return addresses
-        self._resolved[target] = (time.monotonic(), addresses)
-        return addresses
+        finally:
+            self._resolved[target] = (time.monotonic(), addresses)
+            self._looking_up.pop(target, None)
 
     async def _scrape(self, pod_id: str, url: str, pool: str) -> load_report_pb2.LoadReport | None:
         """The pod's report, or None (and why, in its state) when it gave none."""

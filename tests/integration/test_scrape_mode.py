@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import sys
 
 import aiohttp
@@ -195,3 +196,30 @@ async def test_a_group_named_after_a_pool_reports_for_it(tmp_path, redis_url, ar
         )
     finally:
         sidecar.process.stop()
+
+
+async def test_a_silent_dns_server_does_not_hold_the_other_pods_up(tmp_path, redis_url, mock_vllm):
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))  # takes the questions, answers none (lookups time out)
+    pod = mock_vllm().rsplit("/", 1)[-1]
+    sidecar = await asyncio.to_thread(
+        start_sidecar,
+        tmp_path,
+        redis_url,
+        "--scrape-targets",
+        f"{pod},dns:{NAME}:8000",
+        "--scrape-dns-server",
+        f"127.0.0.1:{silent.getsockname()[1]}",
+        "--scrape-resolve-seconds",
+        "0.1",
+    )
+    try:
+        await wait_until(lambda: pods_reporting(sidecar.admin_url) == 1, what="the pod scraped")
+        # Lookups take 2 s to give up, the pod's report lives 1 s: it stays fresh only if
+        # the scrape rounds go on without waiting for them.
+        for _ in range(15):
+            await asyncio.sleep(0.2)
+            assert pods_reporting(sidecar.admin_url) == 1
+    finally:
+        sidecar.process.stop()
+        silent.close()
