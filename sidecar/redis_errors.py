@@ -17,6 +17,7 @@ COMPONENTS = (
     "admission_records",
     "config",
     "fairness",
+    "history",
     "identity",
     "limiter",
     "load_reports",

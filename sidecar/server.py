@@ -19,6 +19,7 @@ from sidecar import logs, redis_connect
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
 from sidecar.completion.usage import streamed_output_tokens
+from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
@@ -27,6 +28,8 @@ from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.fairness.watch import FairnessCollector, FairnessWatch
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
+from sidecar.history.recorder import HistoryRecorder
+from sidecar.history.store import HistoryStore
 from sidecar.limiter.overlimit import OverLimitCache
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
@@ -139,6 +142,7 @@ class SidecarServer:
             Resolver(settings.scrape_dns_server),
         )
         self.metrics.registry.register(ScrapeCollector(self.scraper))
+        self.history = HistoryRecorder(HistoryStore(self._records_redis), self)
         self.fairness = FairnessWatch(self._records_redis, self._snapshot)
         self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
 
@@ -197,6 +201,7 @@ class SidecarServer:
         if admitted.tier:
             pool = self._snapshot().pools.get(admitted.pool)
             self.samples.record(Tier(admitted.tier), TTFT, seconds, pool=pool)
+            self.history.first_token(Tier(admitted.tier), admitted.pool or DEFAULT_POOL, seconds)
 
     def _stream_ended(self, slot: str) -> None:
         # The access log normally gives the slot back, with the exchange's outcome and
@@ -220,6 +225,7 @@ class SidecarServer:
         await self.controller.start()
         await self.fairness.start()
         await self.scraper.start()
+        await self.history.start()
         decider = self.decider = build_decider(
             self.settings,
             self.redis,
@@ -275,6 +281,7 @@ class SidecarServer:
         await self.controller.stop()
         await self.fairness.stop()
         await self.scraper.stop()
+        await self.history.stop()
         await self.limiter.stop()
         await self.samples.stop()
         await self.queue.stop()

@@ -61,9 +61,15 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
     async def shed(request: web.Request) -> web.Response:
         return await switch(request, new_shed)
 
+    async def history(request: web.Request) -> web.Response:
+        """The last ten minutes, cluster-wide (built once a second: history/recorder.py)."""
+        auth.check(request, token)
+        return web.Response(body=server.history.page, content_type="application/json")
+
     app.router.add_get("/dashboard", page)
     app.router.add_get("/dashboard/static/{name}", static)
     app.router.add_get("/dashboard/api/state", state)
+    app.router.add_get("/dashboard/api/history", history)
     app.router.add_post("/dashboard/api/mode", set_mode)
     app.router.add_post("/dashboard/api/shed", shed)
 

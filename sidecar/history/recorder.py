@@ -1,0 +1,103 @@
+"""Each sidecar, once a second: adds what it decided since the last second (and the first
+tokens it timed) to the cluster's history with the gauges it sees, then reads the
+history's newest seconds back into its window. The page's data is built from the window
+once a second, not per request, so ten open pages cost what one does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import redis.asyncio as redis
+
+from sidecar import redis_errors
+from sidecar.background import Background
+from sidecar.config.schema import Tier
+from sidecar.history.store import HistoryStore
+from sidecar.history.window import SECONDS, Window, ttft_bucket
+
+if TYPE_CHECKING:
+    from sidecar.server import SidecarServer
+
+log = logging.getLogger(__name__)
+REREAD_SECONDS = 3  # a second is read again until every sidecar's add to it is in
+
+
+class HistoryRecorder:
+    def __init__(self, store: HistoryStore, server: SidecarServer) -> None:
+        self._store = store
+        self._server = server
+        self._background = Background()
+        self._decided: dict[tuple[str, ...], float] = {}  # the decision counters, last read
+        self._ttft: Counter[str] = Counter()  # first tokens timed since the last add
+        self.window = Window()
+        self.page = b'{"now": null}'  # the page's data, built once a second
+        self._filled = False
+
+    def first_token(self, tier: Tier, pool: str, seconds: float) -> None:
+        self._ttft[f"t|{pool}|{tier.value}|{ttft_bucket(seconds)}"] += 1
+
+    async def start(self) -> None:
+        self._background.start(self._run(), "history")
+
+    async def stop(self) -> None:
+        await self._background.stop()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except (redis.RedisError, OSError) as error:
+                redis_errors.note("history")
+                log.debug("history not kept this second: %s", error)
+            await asyncio.sleep(1.0)
+
+    async def tick(self) -> None:
+        ttft, self._ttft = self._ttft, Counter()
+        await self._store.add({**self._decisions(), **ttft}, self._gauges())
+        # The whole window once (a sidecar started, or Redis came back), then the newest.
+        now, seconds = await self._store.last(REREAD_SECONDS if self._filled else SECONDS)
+        self._filled = True
+        self.window.advance(now)
+        for second, fields in seconds.items():
+            self.window.merge(second, fields)
+        self.page = json.dumps(self.window.series()).encode()
+
+    def _decisions(self) -> dict[str, float]:
+        """What this sidecar decided since the last call, by pool, tier and outcome."""
+        added: dict[str, float] = {}
+        for metric in self._server.metrics.decisions.collect():
+            for sample in metric.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                labels = sample.labels
+                key = (labels["pool"], labels["tier"], labels["outcome"], labels["reason"])
+                delta = sample.value - self._decided.get(key, 0.0)
+                self._decided[key] = sample.value
+                if delta > 0 and labels["tier"] != "none":
+                    kind = "admit" if labels["outcome"] == "admit" else labels["reason"]
+                    name = f"d|{labels['pool']}|{labels['tier']}|{kind}"
+                    added[name] = added.get(name, 0.0) + delta
+        return added
+
+    def _gauges(self) -> dict[str, str]:
+        server = self._server
+        snapshot = server.watcher.current
+        gauges = {"g|mode": snapshot.mode.mode.value}
+        for pool in snapshot.pools:
+            state = server.monitor.state.for_pool(pool.name)
+            name = pool.name
+            gauges[f"g|{name}|in_flight"] = str(server.queue.cluster_in_flight_in(name))
+            gauges[f"g|{name}|max_concurrency"] = str(pool.fleet.max_concurrency)
+            free = state.load.as_reported.free_kv_ratio
+            projected = state.load.free_kv_ratio
+            gauges[f"g|{name}|free_kv"] = "" if free is None else f"{free:.4f}"
+            gauges[f"g|{name}|projected_free_kv"] = "" if projected is None else f"{projected:.4f}"
+            for tier in Tier:
+                gauges[f"g|{name}|share|{tier.value}"] = f"{snapshot.share(tier, pool):.4f}"
+                rule = state.shedding[tier]
+                gauges[f"g|{name}|shedding|{tier.value}"] = rule.value if rule else ""
+        return gauges
