@@ -57,7 +57,10 @@ class SidecarSettings:
         0.15, "QOS_SCRAPE_TIMEOUT", "scrape mode: seconds a pod may take to answer"
     )
     scrape_lease_seconds: float = setting(
-        2.0, "QOS_SCRAPE_LEASE_SECONDS", "scrape mode: how soon another sidecar takes over"
+        0.8,
+        "QOS_SCRAPE_LEASE_SECONDS",
+        "scrape mode: how soon another sidecar takes over; keep it under the reports' TTL "
+        "(overload.report_ttl_seconds, 1 s) so that no pod goes stale meanwhile",
     )
     scrape_resolve_seconds: float = setting(
         5.0, "QOS_SCRAPE_RESOLVE_SECONDS", "scrape mode: seconds between two DNS lookups"

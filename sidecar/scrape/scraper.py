@@ -43,7 +43,7 @@ class ScrapeSettings:
     targets: tuple[Target, ...]
     interval: float = 0.2  # seconds between two scrapes of a pod
     timeout: float = 0.15  # a pod's answer, at most
-    lease_seconds: float = 2.0
+    lease_seconds: float = 0.8  # under the reports' TTL: a takeover leaves none stale
     resolve_seconds: float = 5.0
 
 

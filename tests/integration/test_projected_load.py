@@ -229,9 +229,14 @@ async def test_every_sidecar_projects_what_the_others_admitted_until_a_newer_rep
     )
     assert sidecar_metric(second, "qos_pool_projected_free_kv_ratio") < WATERMARK + 0.001
     assert sidecar_metric(second, "qos_pool_free_kv_ratio") == pytest.approx(0.20)
+    # It sheds P2 too: at once, or after one more when the first stopped right at the
+    # line (its own refusal counted the request it refused; the records do not).
     async with grpc.aio.insecure_channel(second.grpc_address) as channel:
-        shed = await ExtProcClient(channel).decide(P2_CHAT, api_key=KEYS["p2"])
-    assert not admitted(shed)
+        client = ExtProcClient(channel)
+        more = 0
+        while admitted(shed := await client.decide(P2_CHAT, api_key=KEYS["p2"])):
+            more += 1
+            assert more <= 1, "the other sidecar admitted past the watermark"
     assert header(shed, "x-qos-decision") == "shed_kv_watermark"
 
     # ...until the pod reports after them (as its reporter would, every 100 ms: a report
