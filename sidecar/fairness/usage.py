@@ -81,10 +81,21 @@ def _demand(served: float, refused: float) -> float:
     return math.inf if refused > REFUSED_AT_ALL * max(served, 1.0) else served
 
 
-async def read_tier_fairness(
-    client: redis.Redis, config: FairnessConfig, tier: str, pool: str, rate: float
-) -> TierFairness:
-    state_key, _ = fair_share_keys(tier, pool)
-    state = await client.hgetall(state_key)
+async def redis_now_ms(client: redis.Redis) -> float:
+    """Redis's clock, the one the script stamps the tenants' entries with."""
     seconds, micros = await client.time()
-    return tier_fairness(state, seconds * 1000 + micros / 1000, config, tier, pool, rate)
+    return seconds * 1000 + micros / 1000
+
+
+async def read_tier_fairness(
+    client: redis.Redis,
+    config: FairnessConfig,
+    tier: str,
+    pool: str,
+    rate: float,
+    now_ms: float | None = None,
+) -> TierFairness:
+    """The tier's fairness now (`now_ms`: Redis's clock, read once for several tiers)."""
+    state = await client.hgetall(fair_share_keys(tier, pool)[0])
+    now_ms = await redis_now_ms(client) if now_ms is None else now_ms
+    return tier_fairness(state, now_ms, config, tier, pool, rate)

@@ -14,7 +14,7 @@ from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
-from sidecar.fairness.usage import TierFairness, read_tier_fairness
+from sidecar.fairness.usage import TierFairness, read_tier_fairness, redis_now_ms
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,12 @@ class FairnessWatch:
     async def refresh(self) -> None:
         snapshot = self._snapshot()
         latest = {}
+        now_ms = await redis_now_ms(self._client)  # once for every tier
         for pool in snapshot.pools:
             for tier in Tier:
                 rate = snapshot.tier_rate(tier, pool)
                 latest[pool.name, tier] = await read_tier_fairness(
-                    self._client, snapshot.config.fairness, tier.value, pool.name, rate
+                    self._client, snapshot.config.fairness, tier.value, pool.name, rate, now_ms
                 )
         self.latest = latest
 

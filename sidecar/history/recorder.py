@@ -1,7 +1,7 @@
 """Each sidecar, once a second: adds what it decided since the last second (and the first
 tokens it timed) to the cluster's history with the gauges it sees, then reads the
 history's newest seconds back into its window. The page's data is built from the window
-once a second, not per request, so ten open pages cost what one does."""
+at most once a second, not per request, so ten open pages cost what one does."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class HistoryRecorder:
         self._decided: dict[tuple[str, ...], float] = {}  # the decision counters, last read
         self._ttft: Counter[str] = Counter()  # first tokens timed since the last add
         self.window = Window()
-        self.page = b'{"now": null}'  # the page's data, built once a second
+        self._page: bytes | None = None  # the page's data, built when asked, once a tick
         self._filled = False
 
     def first_token(self, tier: Tier, pool: str, seconds: float) -> None:
@@ -64,7 +64,15 @@ class HistoryRecorder:
         self.window.advance(now)
         for second, fields in seconds.items():
             self.window.merge(second, fields)
-        self.page = json.dumps(self.window.series()).encode()
+        self._page = None  # built again for the next page that asks (none may)
+
+    @property
+    def page(self) -> bytes:
+        """The window as the page's JSON: built at most once a second, however many
+        pages ask, and not at all while none does."""
+        if self._page is None:
+            self._page = json.dumps(self.window.series()).encode()
+        return self._page
 
     def _decisions(self) -> dict[str, float]:
         """What this sidecar decided since the last call, by pool, tier and outcome."""
