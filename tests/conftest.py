@@ -9,6 +9,8 @@ import pytest
 import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
@@ -112,3 +114,26 @@ def sidecars(tmp_path, redis_url):
     yield start
     for sidecar in reversed(started):
         sidecar.process.stop()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A headless Chromium, driven by chromedriver; quit when the test ends."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chrome'}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver.set_window_size(1400, 900)
+    yield driver
+    driver.quit()

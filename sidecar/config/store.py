@@ -10,6 +10,7 @@ so a missed message is caught within the poll interval.
     qos:{qos-config}:shares          tier shares set by the SLO controller per pool, JSON
                                      {pool: {tier: share}} (none: the document's own)
     qos:{qos-config}:adjustments     the controller's last adjustments, newest first, JSON
+    qos:{qos-config}:mode-changes    the operator's last switches, newest first, JSON
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
@@ -30,6 +31,7 @@ import redis.asyncio as redis
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import OperatorMode, QosConfig, Tenant, Tier
+from sidecar.config.switches import ModeChange
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
@@ -37,6 +39,8 @@ MODE_KEY = f"{_PREFIX}:mode"
 SHARES_KEY = f"{_PREFIX}:shares"
 ADJUSTMENTS_KEY = f"{_PREFIX}:adjustments"
 ADJUSTMENTS_KEPT = 100
+MODE_CHANGES_KEY = f"{_PREFIX}:mode-changes"
+MODE_CHANGES_KEPT = 100
 VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
@@ -146,8 +150,20 @@ class ConfigStore:
         """The controller's latest adjustments, newest first."""
         return [json.loads(x) for x in await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)]
 
-    async def save_mode(self, mode: OperatorMode) -> int:
-        return await self._change(lambda pipe: pipe.set(MODE_KEY, mode.model_dump_json()))
+    async def save_mode(self, mode: OperatorMode, change: ModeChange) -> int:
+        """The new mode, and the record of who switched it, in one transaction."""
+
+        def apply(pipe: Any) -> None:
+            pipe.set(MODE_KEY, mode.model_dump_json())
+            pipe.lpush(MODE_CHANGES_KEY, change.to_json())
+            pipe.ltrim(MODE_CHANGES_KEY, 0, MODE_CHANGES_KEPT - 1)
+
+        return await self._change(apply)
+
+    async def mode_changes(self, count: int = 20) -> list[ModeChange]:
+        """The operator's latest switches, newest first."""
+        stored = await self._redis.lrange(MODE_CHANGES_KEY, 0, count - 1)
+        return [change for text in stored if (change := ModeChange.from_json(text))]
 
     async def seed_defaults(self) -> bool:
         """Write the default document if Redis has none; True if it was written."""

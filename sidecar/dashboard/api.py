@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from aiohttp import web
 
 from sidecar.config.schema import Mode, OperatorMode, Tier
 from sidecar.config.store import Snapshot
+from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
 from sidecar.dashboard import auth
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
 
     async def static(request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        if name not in ("dashboard.js", "dashboard.css"):
+        if name not in ("dashboard.js", "history.js", "charts.js", "dashboard.css"):
             raise web.HTTPNotFound()
         return _static(name)
 
@@ -39,27 +41,27 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
         return web.json_response(await _state(server))
 
     async def switch(request: web.Request, change) -> web.Response:
-        """Apply `change(body, current mode)` → the new mode, for every sidecar."""
+        """Apply `change(body, current mode)` → (the new mode, what changed), for every
+        sidecar, recording who switched: the name the body gives, and where from."""
         auth.check(request, token)
         body = await _json(request)
-        current = server.watcher.current.mode
-        await server.config_store.save_mode(change(body, current))
+        changed, what = change(body, server.watcher.current.mode)
+        name, remote = clean_name(body.get("by")), request.remote or "unknown address"
+        by = f"{name} from {remote}" if name else remote
+        await server.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
         await server.watcher.refresh()
         return web.json_response(await _state(server))
 
-    def new_mode(body: dict[str, Any], current: OperatorMode) -> OperatorMode:
-        return current.model_copy(update={"mode": _enum(Mode, body.get("mode"), "mode")})
-
-    def new_shed(body: dict[str, Any], current: OperatorMode) -> OperatorMode:
-        tier = _enum(Tier, body.get("tier"), "tier")
-        tiers = current.force_shed | {tier} if body.get("shed") else current.force_shed - {tier}
-        return current.model_copy(update={"force_shed": frozenset(tiers)})
-
     async def set_mode(request: web.Request) -> web.Response:
-        return await switch(request, new_mode)
+        return await switch(
+            request, lambda body, mode: switch_mode(mode, _enum(Mode, body.get("mode"), "mode"))
+        )
 
     async def shed(request: web.Request) -> web.Response:
-        return await switch(request, new_shed)
+        def change(body: dict[str, Any], mode: OperatorMode) -> tuple[OperatorMode, str]:
+            return switch_shed(mode, _enum(Tier, body.get("tier"), "tier"), bool(body.get("shed")))
+
+        return await switch(request, change)
 
     async def history(request: web.Request) -> web.Response:
         """The last ten minutes, cluster-wide (built once a second: history/recorder.py)."""
@@ -163,8 +165,9 @@ async def _state(server: SidecarServer) -> dict[str, Any]:
         }
     try:
         adjustments = await server.config_store.adjustments(10)
+        switches = [asdict(change) for change in await server.config_store.mode_changes(20)]
     except Exception:  # the page still shows what this sidecar knows
-        adjustments = []
+        adjustments, switches = [], []
     return {
         "at": time.time(),
         "pools": _pools(server, snapshot),
@@ -187,4 +190,5 @@ async def _state(server: SidecarServer) -> dict[str, Any]:
         "in_flight": server.queue.cluster_in_flight,
         "leader": server.controller.leading,
         "adjustments": adjustments,
+        "switches": switches,
     }

@@ -24,6 +24,12 @@ def presented_token(request: web.Request) -> str:
     return request.cookies.get(COOKIE, "")
 
 
+def via(request: web.Request) -> str:
+    """How a change came: from the page (its cookie) or a script (a bearer token)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return "api" if scheme.lower() == "bearer" and token else "dashboard"
+
+
 def authorized(request: web.Request, token: str) -> bool:
     return hmac.compare_digest(presented_token(request).encode(), token.encode())
 

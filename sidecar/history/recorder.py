@@ -16,6 +16,8 @@ import redis.asyncio as redis
 from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.schema import Tier
+from sidecar.config.switches import ModeChange
+from sidecar.history import page
 from sidecar.history.store import HistoryStore
 from sidecar.history.window import SECONDS, Window, ttft_bucket
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REREAD_SECONDS = 3  # a second is read again until every sidecar's add to it is in
+EVENTS_KEPT = 100  # switches and controller moves read (both lists keep 100)
 
 
 class HistoryRecorder:
@@ -36,6 +39,9 @@ class HistoryRecorder:
         self.window = Window()
         self._page: bytes | None = None  # the page's data, built when asked, once a tick
         self._filled = False
+        self._events_version: int | None = None  # the configuration version events are of
+        self._switches: list[ModeChange] = []
+        self._moves: list[dict] = []
 
     def first_token(self, tier: Tier, pool: str, seconds: float) -> None:
         self._ttft[f"t|{pool}|{tier.value}|{ttft_bucket(seconds)}"] += 1
@@ -64,14 +70,33 @@ class HistoryRecorder:
         self.window.advance(now)
         for second, fields in seconds.items():
             self.window.merge(second, fields)
+        await self._read_events()
         self._page = None  # built again for the next page that asks (none may)
+
+    async def _read_events(self) -> None:
+        """The switches and controller moves, read again only when the configuration's
+        version moved (both bump it)."""
+        version = self._server.watcher.current.version
+        if version == self._events_version:
+            return
+        store = self._server.config_store
+        self._switches = await store.mode_changes(EVENTS_KEPT)
+        self._moves = await store.adjustments(EVENTS_KEPT)
+        self._events_version = version
 
     @property
     def page(self) -> bytes:
-        """The window as the page's JSON: built at most once a second, however many
+        """The page's JSON (history/page.py): built at most once a second, however many
         pages ask, and not at all while none does."""
         if self._page is None:
-            self._page = json.dumps(self.window.series()).encode()
+            series = self.window.series()
+            since = series["start"] or 0
+            document = page.build(
+                series,
+                page.lines(self._server.watcher.current),
+                page.events(self._switches, self._moves, since),
+            )
+            self._page = json.dumps(document).encode()
         return self._page
 
     def _decisions(self) -> dict[str, float]:

@@ -9,8 +9,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -67,28 +65,6 @@ def p2_decision(stack) -> str:
     )
     assert status == 200
     return headers.get("x-qos-decision", "admitted")
-
-
-@pytest.fixture
-def browser(tmp_path):
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'chrome'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    driver.set_window_size(1400, 900)
-    yield driver
-    driver.quit()
 
 
 @pytest.mark.timeout(90)

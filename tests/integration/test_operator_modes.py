@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
+import socket
 import sys
 import time
 
@@ -92,3 +94,15 @@ async def test_shadow_refuses_nothing_and_counts_what_it_would_have_refused(side
     for _ in range(3):
         assert await outcome(sidecar.grpc_address, "") == "admit"
     assert decision_count(sidecar.admin_url, "admit", "shadow_shed_no_reports") == before + 3
+
+
+async def test_every_cli_switch_is_recorded_with_who_made_it(redis_url):
+    await cli(redis_url, "mode", "set", "core-only", "--by", "alice")
+    await cli(redis_url, "mode", "shed", "p2")  # by default: the user and host
+    shown = await cli(redis_url, "mode", "get")
+    assert f"last switch: shed p2 by {getpass.getuser()}@{socket.gethostname()} via cli" in shown
+    log = (await cli(redis_url, "mode", "log")).splitlines()
+    assert log[0].startswith("shed p2 by ") and log[1].startswith("mode core-only by alice via cli")
+    await cli(redis_url, "mode", "unshed", "p2", "--by", "alice")
+    await cli(redis_url, "mode", "set", "normal", "--by", "alice")
+    assert len((await cli(redis_url, "mode", "log", "--count", "3")).splitlines()) == 3

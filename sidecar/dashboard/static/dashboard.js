@@ -1,6 +1,10 @@
-// The on-call screen: polls /dashboard/api/state every second, switches modes on click.
+// The on-call screen: polls /dashboard/api/state every second and the history every two,
+// switches modes on click (saying who switched: the name typed in "on duty").
 "use strict";
+import {render as renderHistory} from "./history.js";
+
 const TIERS = ["p0", "p1", "p2"];
+const HISTORY_EVERY_MS = 2000;
 let previous = null;
 
 async function call(path, body) {
@@ -8,7 +12,7 @@ async function call(path, body) {
     method: "POST",
     // The custom header marks a request from this page: a cross-site form cannot send it.
     headers: {"Content-Type": "application/json", "X-QoS-Request": "dashboard"},
-    body: JSON.stringify(body),
+    body: JSON.stringify({...body, by: document.getElementById("operator").value}),
   };
   const response = await fetch(path, {credentials: "same-origin", ...options});
   if (!response.ok) throw new Error(`${path}: ${response.status}`);
@@ -26,8 +30,17 @@ function cell(row, text, className) {
   return td;
 }
 
+// The last switch that matched: who, how and when, as a line under the switch.
+function lastSwitch(switches, matches) {
+  const found = switches.find((s) => matches(s.what));
+  if (!found) return "";
+  return `last: ${found.what} by ${found.by} via ${found.via}, ${new Date(found.at * 1000).toLocaleString()}`;
+}
+
 function render(state) {
   document.getElementById("mode").textContent = state.mode;
+  document.getElementById("mode-last").textContent =
+    lastSwitch(state.switches, (what) => what.startsWith("mode "));
   const seconds = previous ? (state.at - previous.at) : 0;
   const body = document.querySelector("#tiers tbody");
   body.replaceChildren();
@@ -53,7 +66,12 @@ function render(state) {
     box.id = `shed-${tier}`;
     box.checked = state.force_shed.includes(tier);
     box.addEventListener("change", () => act({tier, shed: box.checked}, "/dashboard/api/shed"));
-    cell(row, "").appendChild(box);
+    const switchCell = cell(row, "");
+    const note = document.createElement("small");
+    note.className = "last-switch";
+    note.id = `shed-${tier}-last`;
+    note.textContent = lastSwitch(state.switches, (what) => what.endsWith(` ${tier}`));
+    switchCell.append(box, note);
   }
   const pools = document.querySelector("#pools tbody");
   pools.replaceChildren();
@@ -113,9 +131,35 @@ async function refresh() {
   }
 }
 
+async function refreshHistory() {
+  try {
+    renderHistory(await call("/dashboard/api/history"));
+  } catch (error) {
+    document.getElementById("status").textContent = `no history: ${error.message}`;
+  }
+}
+
+// The theme: ?theme= in the address, else the last one chosen here, else the system's.
+function applyTheme(theme) {
+  document.documentElement.dataset.theme = theme;
+}
+const asked = new URLSearchParams(location.search).get("theme");
+applyTheme(asked || localStorage.getItem("qos-theme") ||
+  (matchMedia("(prefers-color-scheme: light)").matches ? "light" : "dark"));
+document.getElementById("theme").addEventListener("click", () => {
+  const theme = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
+  localStorage.setItem("qos-theme", theme);
+  applyTheme(theme);
+});
+const operator = document.getElementById("operator");
+operator.value = localStorage.getItem("qos-operator") || "";
+operator.addEventListener("change", () => localStorage.setItem("qos-operator", operator.value));
+
 document.getElementById("core-only").addEventListener(
   "click", () => act({mode: "core-only"}, "/dashboard/api/mode"));
 document.getElementById("normal").addEventListener(
   "click", () => act({mode: "normal"}, "/dashboard/api/mode"));
 refresh();
 setInterval(refresh, 1000);
+refreshHistory();
+setInterval(refreshHistory, HISTORY_EVERY_MS);
