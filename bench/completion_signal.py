@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import copy
 import itertools
-import os
 import statistics
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import aiohttp
 
 from sidecar.stack import envoy_config
+from sidecar.stack.processes import cpu_seconds
 from sidecar.stack.stack import Stack, StackOptions
 
 TOKENS = 200
@@ -78,11 +78,6 @@ async def stream_once(session: aiohttp.ClientSession, url: str) -> list[float]:
             if line.startswith(b"data: {"):
                 times.append(time.perf_counter())
     return times
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(stack: Stack, requests: int) -> dict[str, float]:

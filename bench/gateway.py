@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import re
 import shutil
 import statistics
@@ -47,7 +46,7 @@ from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.stack import envoy_config, readiness
 from sidecar.stack.admin_client import scrape
 from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.processes import ManagedProcess, cpu_seconds
 from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
 
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
@@ -68,13 +67,6 @@ CANNED = {
     ],
     "usage": {"prompt_tokens": 90, "completion_tokens": 1, "total_tokens": 91},
 }
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def percentile(values: list[float], q: float) -> float:

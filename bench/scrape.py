@@ -13,7 +13,6 @@ Run: .venv/bin/python bench/scrape.py [--targets 50] [--interval 0.2]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -25,17 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.redis_servers import start_redis_server
+from sidecar.stack.processes import ManagedProcess, cpu_seconds
+from sidecar.stack.redis_servers import redis_on_free_port
 from sidecar.stack.stack import start_sidecar
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/metrics/vllm-0.33-dp2.prom"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def samples(admin_url: str) -> dict[str, float]:
@@ -59,9 +52,8 @@ def main() -> None:
         work = Path(tmp)
         started: list[ManagedProcess] = []
         try:
-            port = free_port()
-            started.append(start_redis_server(work, port))
-            redis_url = f"redis://127.0.0.1:{port}/0"
+            redis_process, redis_url = redis_on_free_port(work)
+            started.append(redis_process)
             ports = [free_port() for _ in range(args.targets)]
             pods = ManagedProcess(
                 "pods",

@@ -26,7 +26,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sidecar.benchmarks import report
+from sidecar.benchmarks import report, screenshots
 from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.benchmarks.traffic import (
@@ -90,6 +90,12 @@ class Settings:
     runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
+    screenshots: str = setting(
+        "",
+        None,
+        "save the duty team's page, both themes, 85 %% into the QoS run, in this directory "
+        "(needs chromium, chromedriver, selenium; the browser takes CPU from the sale)",
+    )
 
 
 def configuration(settings: Settings) -> dict:
@@ -223,10 +229,20 @@ def main(settings: Settings) -> int:
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
                 probing = _start_probes(targets, settings.seconds) if run == QOS else {}
+                shots = None
+                if run == QOS and settings.screenshots:
+                    shots = screenshots.take_at(
+                        time.monotonic() + 0.85 * settings.seconds,
+                        stack.dashboard_url,
+                        f"{stack.sidecar_admin_url}/dashboard",
+                        Path(settings.screenshots),
+                    )
                 outcomes[run] = asyncio.run(
                     offer(url, requests, settings.timeout, _progress(run, settings.seconds, admin))
                 )
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
+                if shots is not None:
+                    shots.join(timeout=120)  # before the stack they look at stops
                 _wait_until_idle(stack.mock_urls)
                 if run == QOS:
                     _keep_sidecar_metrics(stack.sidecar_admin_url, work / "sidecar-metrics.txt")

@@ -66,7 +66,17 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
     async def history(request: web.Request) -> web.Response:
         """The last ten minutes, cluster-wide (built once a second: history/recorder.py)."""
         auth.check(request, token)
-        return web.Response(body=server.history.page, content_type="application/json")
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(
+                body=server.history.page_gzip,
+                content_type="application/json",
+                headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"},
+            )
+        return web.Response(
+            body=server.history.page,
+            content_type="application/json",
+            headers={"Vary": "Accept-Encoding"},
+        )
 
     app.router.add_get("/dashboard", page)
     app.router.add_get("/dashboard/static/{name}", static)

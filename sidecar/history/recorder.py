@@ -6,6 +6,7 @@ at most once a second, not per request, so ten open pages cost what one does."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 from collections import Counter
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REREAD_SECONDS = 3  # a second is read again until every sidecar's add to it is in
+FILL_SECONDS = 30  # seconds read a call while the window fills
 EVENTS_KEPT = 100  # switches and controller moves read (both lists keep 100)
 
 
@@ -38,6 +40,7 @@ class HistoryRecorder:
         self._ttft: Counter[str] = Counter()  # first tokens timed since the last add
         self.window = Window()
         self._page: bytes | None = None  # the page's data, built when asked, once a tick
+        self._page_gzip: bytes | None = None  # the same, compressed, when a page asks so
         self._filled = False
         self._events_version: int | None = None  # the configuration version events are of
         self._switches: list[ModeChange] = []
@@ -59,19 +62,31 @@ class HistoryRecorder:
             except (redis.RedisError, OSError) as error:
                 redis_errors.note("history")
                 log.debug("history not kept this second: %s", error)
+                self._filled = False  # what others added meanwhile is read again, whole
             await asyncio.sleep(1.0)
 
     async def tick(self) -> None:
         ttft, self._ttft = self._ttft, Counter()
         await self._store.add({**self._decisions(), **ttft}, self._gauges())
-        # The whole window once (a sidecar started, or Redis came back), then the newest.
-        now, seconds = await self._store.last(REREAD_SECONDS if self._filled else SECONDS)
-        self._filled = True
+        if not self._filled:  # the whole window once (a start), then the newest seconds
+            await self._fill()
+        now, seconds = await self._store.last(REREAD_SECONDS)
         self.window.advance(now)
         for second, fields in seconds.items():
             self.window.merge(second, fields)
         await self._read_events()
-        self._page = None  # built again for the next page that asks (none may)
+        self._page = self._page_gzip = None  # built again when a page asks (none may)
+
+    async def _fill(self) -> None:
+        """The window, oldest stretch first, FILL_SECONDS a call: a sale's second holds
+        a hundred fields a pool, and one script reading ten minutes of them would hold
+        Redis (and every decision waiting on it) for tens of milliseconds."""
+        for before in range(SECONDS - FILL_SECONDS, -1, -FILL_SECONDS):
+            now, seconds = await self._store.last(FILL_SECONDS, before)
+            self.window.advance(now)
+            for second, fields in seconds.items():
+                self.window.merge(second, fields)
+        self._filled = True
 
     async def _read_events(self) -> None:
         """The switches and controller moves, read again only when the configuration's
@@ -98,6 +113,14 @@ class HistoryRecorder:
             )
             self._page = json.dumps(document).encode()
         return self._page
+
+    @property
+    def page_gzip(self) -> bytes:
+        """The page's JSON gzipped (a tenth of its size: a wall screen far from the
+        gateway), compressed at most once a second too."""
+        if self._page_gzip is None:
+            self._page_gzip = gzip.compress(self.page, compresslevel=5)
+        return self._page_gzip
 
     def _decisions(self) -> dict[str, float]:
         """What this sidecar decided since the last call, by pool, tier and outcome."""

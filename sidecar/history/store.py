@@ -28,9 +28,10 @@ class HistoryStore:
             args += [name, text]
         return int(await self._record(keys=[PREFIX], args=args))
 
-    async def last(self, seconds: int) -> tuple[int, dict[int, dict[str, str]]]:
-        """Redis's current second, and what is kept of the `seconds` up to it."""
-        reply = await self._read(keys=[PREFIX], args=[seconds])
+    async def last(self, seconds: int, before: int = 0) -> tuple[int, dict[int, dict[str, str]]]:
+        """Redis's current second, and what is kept of the `seconds` that end `before`
+        seconds before it (0: with it)."""
+        reply = await self._read(keys=[PREFIX], args=[seconds, before])
         now, rest = int(reply[0]), reply[1:]
         found = {}
         for second, flat in zip(rest[::2], rest[1::2], strict=True):

@@ -44,6 +44,12 @@ def start_redis_server(work_dir: Path, port: int, *extra: str) -> ManagedProcess
     return server
 
 
+def redis_on_free_port(work_dir: Path) -> tuple[ManagedProcess, str]:
+    """A redis-server on a free loopback port, and its URL (database 0)."""
+    port = free_port()
+    return start_redis_server(work_dir, port), f"redis://127.0.0.1:{port}/0"
+
+
 def start_redis_cluster(work_dir: Path, ports: Sequence[int]) -> list[ManagedProcess]:
     """One master per port, all 16384 slots assigned, ready when it returns."""
     cli = shutil.which("redis-cli")

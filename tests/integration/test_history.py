@@ -5,6 +5,7 @@ later (a reload, a restart) shows the minutes before it came."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import urllib.error
 import urllib.request
@@ -111,3 +112,23 @@ async def test_switches_and_controller_moves_are_on_the_time_axis_and_shedding_i
     assert found["happening"]["mode"] == "core-only"
     assert found["happening"]["shed"][0]["reason"] in ("shed_core_only", "shed_no_reports")
     assert found["lines"]["default"]["p0"]["ttft_slo_ms"] == 1000
+
+
+def fetch(sidecar, **headers) -> tuple[dict, bytes]:
+    request = urllib.request.Request(
+        f"{sidecar.admin_url}/dashboard/api/history",
+        headers={"Authorization": f"Bearer {TOKEN}", **headers},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return dict(response.headers), response.read()
+
+
+async def test_a_page_that_takes_gzip_gets_the_same_document_compressed(sidecars):
+    sidecar = sidecars(f"--admin-token={TOKEN}")
+    await wait_until(lambda: page(sidecar)["now"] is not None, what="a first second")
+    headers, body = await asyncio.to_thread(fetch, sidecar, **{"Accept-Encoding": "gzip"})
+    assert headers["Content-Encoding"] == "gzip"
+    unpacked = json.loads(gzip.decompress(body))
+    plain_headers, plain = await asyncio.to_thread(fetch, sidecar)
+    assert "Content-Encoding" not in plain_headers
+    assert set(unpacked) == set(json.loads(plain)) >= {"pools", "events", "happening", "lines"}

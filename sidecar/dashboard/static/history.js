@@ -9,7 +9,9 @@ const SHORT = {
   shed_kv_watermark: "KV low", shed_inflight: "in flight", shed_tier_budget: "budget",
   shed_fair_share: "fair share", shed_queue_full: "queue full", shed_queue_timeout: "queue wait",
   shed_no_reports: "no reports", shed_core_only: "core-only", shed_forced: "by hand",
-  tenant_rate_limited: "rate limit",
+  tenant_rate_limited: "rate limit", cost_exceeds_burst: "over burst",
+  prompt_too_long: "prompt too long", invalid_request: "invalid", unauthenticated: "no key",
+  model_not_found: "no model",
 };
 const DASHES = ["", "7 4", "2 4", "10 3 2 3", "1 6"];
 const CHARTS = [
