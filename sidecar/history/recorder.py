@@ -56,6 +56,10 @@ class HistoryRecorder:
         await self._background.stop()
 
     async def _run(self) -> None:
+        # At a fixed rate, not a fixed pause: a second every tick, or a sidecar's tick
+        # drifts and now and then skips a second of Redis's clock (a dip, then a double).
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while True:
             try:
                 await self.tick()
@@ -63,17 +67,15 @@ class HistoryRecorder:
                 redis_errors.note("history")
                 log.debug("history not kept this second: %s", error)
                 self._filled = False  # what others added meanwhile is read again, whole
-            await asyncio.sleep(1.0)
+            next_at = max(next_at + 1.0, loop.time())  # behind (a stall): on from now
+            await asyncio.sleep(next_at - loop.time())
 
     async def tick(self) -> None:
         ttft, self._ttft = self._ttft, Counter()
         await self._store.add({**self._decisions(), **ttft}, self._gauges())
         if not self._filled:  # the whole window once (a start), then the newest seconds
             await self._fill()
-        now, seconds = await self._store.last(REREAD_SECONDS)
-        self.window.advance(now)
-        for second, fields in seconds.items():
-            self.window.merge(second, fields)
+        self._merge(*await self._store.last(REREAD_SECONDS))
         await self._read_events()
         self._page = self._page_gzip = None  # built again when a page asks (none may)
 
@@ -82,11 +84,16 @@ class HistoryRecorder:
         a hundred fields a pool, and one script reading ten minutes of them would hold
         Redis (and every decision waiting on it) for tens of milliseconds."""
         for before in range(SECONDS - FILL_SECONDS, -1, -FILL_SECONDS):
-            now, seconds = await self._store.last(FILL_SECONDS, before)
-            self.window.advance(now)
-            for second, fields in seconds.items():
-                self.window.merge(second, fields)
+            self._merge(*await self._store.last(FILL_SECONDS, before))
         self._filled = True
+
+    def _merge(self, now: int, seconds: dict[int, dict[str, str]]) -> None:
+        """The window ends with the last whole second: the current one is still being
+        added to by the sidecars whose tick comes later in it (it is read next time)."""
+        self.window.advance(now - 1)
+        for second, fields in seconds.items():
+            if second < now:
+                self.window.merge(second, fields)
 
     async def _read_events(self) -> None:
         """The switches and controller moves, read again only when the configuration's

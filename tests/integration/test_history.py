@@ -59,7 +59,7 @@ async def test_two_sidecars_add_up_and_a_later_one_sees_the_minutes_before(sidec
     assert await decide(second, "h-p0", 5) == 5
     assert await decide(second, "h-p2", 4) == 0  # shed: no pod reports yet
     await wait_until(lambda: totals(first) == (12, 4), what="both sidecars' decisions")
-    assert totals(second) == (12, 4)
+    await wait_until(lambda: totals(second) == (12, 4), what="the other sidecar's page too")
 
     later = sidecars(f"--admin-token={TOKEN}")
     await wait_until(lambda: totals(later) == (12, 4), what="the window before it started")
