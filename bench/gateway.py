@@ -27,6 +27,7 @@ Run: .venv/bin/python bench/gateway.py [--requests 2000] [--seconds 10] [--json 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import re
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import profiling
 import redis
 
 from sidecar.openai_api.prompt import estimate_prompt_tokens
@@ -173,12 +175,12 @@ def gateway_config(
     return config
 
 
-def _workers(flags: list[str]) -> tuple[list[str], int]:
-    """A variant's serve flags, and how many sidecar processes it runs (--workers N)."""
-    if "--workers" not in flags:
-        return flags, 1
-    at = flags.index("--workers")
-    return flags[:at] + flags[at + 2 :], int(flags[at + 1])
+def _option(flags: list[str], name: str, default: str) -> tuple[list[str], str]:
+    """A variant's serve flags without the bench's own option `name`, and its value."""
+    if name not in flags:
+        return flags, default
+    at = flags.index(name)
+    return flags[:at] + flags[at + 2 :], flags[at + 1]
 
 
 @dataclass
@@ -349,31 +351,39 @@ def configure(stack: Stack, batch_rate_rps: float) -> None:
     )
 
 
+def _start_noop(stack: Stack, work: Path, python: str, name: str) -> tuple[int, ManagedProcess]:
+    port = free_port()
+    noop = ManagedProcess(
+        name,
+        [python, *(["-P"] if python != sys.executable else []), "-m", "sidecar.benchmarks.noop",
+         "--port", str(port)],
+        work / f"{name}.log",
+    )  # fmt: skip
+    stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}")))
+    return port, noop
+
+
 def start_gateways(
     stack: Stack, work: Path, upstream_port: int, variants: dict[str, list[str]]
 ) -> list[Gateway]:
     """alone, noop, qos, then one more qos-sidecar (and Envoy) per variant."""
-    noop_port = free_port()
-    noop = ManagedProcess(
-        "noop-processor",
-        [sys.executable, "-m", "sidecar.benchmarks.noop", "--port", str(noop_port)],
-        work / "noop-processor.log",
-    )
-    stack.processes.append(
-        noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{noop_port}"))
-    )
+    noop_port, noop = _start_noop(stack, work, sys.executable, "noop-processor")
     processors = [
         ("alone", [], None, ""),
         ("noop", [noop_port], noop, ""),
         ("qos", [stack.options.grpc_port], stack.process("sidecar"), stack.sidecar_admin_url),
     ]
-    for name, flags in variants.items():
-        flags, workers = _workers(flags)
+    for name, given in variants.items():
+        flags, workers = _option(given, "--workers", "1")
+        flags, python = _option(flags, "--python", sys.executable)
+        if python != sys.executable:  # another runtime: its own do-nothing floor too
+            port, process = _start_noop(stack, work, python, f"noop-processor-{name}")
+            processors.append((f"noop-{name}", [port], process, ""))
         ports = []
-        for worker in range(workers):
+        for worker in range(int(workers)):
             sidecar = start_sidecar(
                 work, stack.redis_url, "--log-level", "WARNING", *flags,
-                name=f"sidecar-{name}-{worker}",
+                name=f"sidecar-{name}-{worker}", python=python,
             )  # fmt: skip
             stack.processes.append(sidecar.process)
             ports.append(int(sidecar.grpc_address.rsplit(":", 1)[1]))
@@ -421,41 +431,115 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"shed path: P2 at {args.shed_rate:.0f}/s for {args.shed_seconds:.0f} s ...",
                 flush=True,
             )
-            cached = [g.cached_refusals() for g in gateways[2:]]
-            shed = shed_path(gateways[2:], args.shed_rate, args.shed_seconds)
-            for gateway, before in zip(gateways[2:], cached, strict=True):
+            sidecars = [g for g in gateways if g.admin_url]  # the qos-sidecar gateways
+            cached = [g.cached_refusals() for g in sidecars]
+            shed = shed_path(sidecars, args.shed_rate, args.shed_seconds)
+            for gateway, before in zip(sidecars, cached, strict=True):
                 shed[gateway.name]["cached"] = gateway.cached_refusals() - before
             counter = redis.Redis.from_url(stack.redis_url)
             floods = {}
-            for gateway in gateways[2:]:
+            for gateway in sidecars:
                 print(f"flood: one tenant at full speed through {gateway.name} ...", flush=True)
                 floods[gateway.name] = flood(gateway, args.shed_seconds / 2, counter)
             script = wrk_script(work / "post.lua")
-            throughput = {}
-            for gateway in gateways:
-                print(
-                    f"throughput: wrk against {gateway.name} for {args.seconds:.0f} s ...",
-                    flush=True,
-                )
-                pids = {"envoy": gateway.envoy.pid}
-                if gateway.processor is not None:
-                    pids["processor"] = gateway.processor.pid
-                before = redis_calls(counter)
-                rate, completed, spent = max_throughput(
-                    gateway, script, args.seconds, args.connections, pids
-                )
-                after = redis_calls(counter)
-                sent = sum(after.values()) - sum(before.values())
-                evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
-                throughput[gateway.name] = {
-                    "requests_per_second": rate,
-                    "requests": completed,
-                    "envoy_cpu_ms_per_1k": spent["envoy"] / completed * 1e6,
-                    "processor_cpu_ms_per_1k": spent.get("processor", 0.0) / completed * 1e6,
-                    "redis_commands_per_request": sent / completed,
-                    "redis_evalsha_per_request": evalsha / completed,
-                }
-    return report(gateways, shed, floods, throughput, args)
+            runs: dict[str, list[dict[str, float]]] = {g.name: [] for g in gateways}
+            for round_ in range(args.rounds):  # the gateways in turn, round after round
+                for gateway in gateways:
+                    print(
+                        f"throughput: wrk against {gateway.name} for {args.seconds:.0f} s"
+                        f" (round {round_ + 1} of {args.rounds}) ...",
+                        flush=True,
+                    )
+                    runs[gateway.name].append(wrk_run(gateway, script, args, counter))
+            throughput = {name: _median_run(found) for name, found in runs.items()}
+            profiles = profile(gateways, script, args) if args.profile else {}
+    figures = report(gateways, shed, floods, throughput, args)
+    if profiles:
+        figures["profile"] = report_profile(profiles, throughput)
+    return figures
+
+
+def wrk_run(gateway: Gateway, script: Path, args: argparse.Namespace, counter) -> dict:
+    """One wrk run against the gateway: its rate, and per request each process's CPU
+    and Redis's commands."""
+    pids = {"envoy": gateway.envoy.pid}
+    if gateway.processor is not None:
+        pids["processor"] = gateway.processor.pid
+    before = redis_calls(counter)
+    rate, completed, spent = max_throughput(gateway, script, args.seconds, args.connections, pids)
+    after = redis_calls(counter)
+    sent = sum(after.values()) - sum(before.values())
+    evalsha = after.get("evalsha", 0) - before.get("evalsha", 0)
+    return {
+        "requests_per_second": rate,
+        "requests": completed,
+        "envoy_cpu_ms_per_1k": spent["envoy"] / completed * 1e6,
+        "processor_cpu_ms_per_1k": spent.get("processor", 0.0) / completed * 1e6,
+        "redis_commands_per_request": sent / completed,
+        "redis_evalsha_per_request": evalsha / completed,
+    }
+
+
+def _median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds (and the rounds' own, for the record)."""
+    figures: dict = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    figures["rounds"] = runs
+    return figures
+
+
+def profile(gateways: list[Gateway], script: Path, args: argparse.Namespace) -> dict:
+    """Each processor sampled by py-spy under wrk (a run of its own, after the measured
+    ones: sampling slows the process down); a flame graph of qos-sidecar too."""
+    args.profile.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for gateway in gateways:
+        if gateway.processor is None:
+            continue
+        print(f"profile: py-spy on {gateway.name} under wrk ...", flush=True)
+        raw = args.profile / f"{gateway.name}.txt"
+        with wrk_running(gateway, script, args.seconds + 3, args.connections):
+            profiling.record(gateway.processor.pid, args.seconds, raw)
+        found[gateway.name] = profiling.breakdown(raw)
+        if gateway.name == "qos":
+            with wrk_running(gateway, script, args.seconds + 3, args.connections):
+                svg = args.profile / "qos-sidecar.svg"
+                profiling.record(gateway.processor.pid, args.seconds, svg, form="flamegraph")
+    return found
+
+
+@contextlib.contextmanager
+def wrk_running(gateway: Gateway, script: Path, seconds: float, connections: int):
+    """wrk against the gateway in the background, for the block's duration (and a
+    little more: it outlasts the block, which waits for it)."""
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{round(seconds)}s", "-s", str(script)]
+    url = f"http://127.0.0.1:{gateway.port}/v1/chat/completions"
+    load = subprocess.Popen([*command, url], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # wrk's connections open and the load settles before sampling
+        yield
+    finally:
+        load.wait(timeout=seconds + 30)
+
+
+def report_profile(profiles: dict[str, dict[str, float]], throughput: dict) -> dict:
+    """Each processor's CPU per 1 000 requests split by part (from its throughput run's
+    CPU and its profile's shares)."""
+    names = list(profiles)
+    parts = [part for part, _ in profiling.PARTS] + [profiling.OTHER]
+    split = {
+        name: {
+            part: share * throughput[name]["processor_cpu_ms_per_1k"]
+            for part, share in profiles[name].items()
+        }
+        for name in names
+    }
+    print()
+    print("5. where each processor's CPU goes under wrk (py-spy, native frames; ms per 1k req)")
+    print(f"{'part':<18}" + "".join(f"{name:>14}" for name in names))
+    for part in parts:
+        print(f"{part:<18}" + "".join(f"{split[name][part]:>14.0f}" for name in names))
+    print(f"{'total':<18}" + "".join(f"{sum(split[n].values()):>14.0f}" for n in names))
+    return split
 
 
 def report(
@@ -526,30 +610,43 @@ def report(
     print()
     print(
         f"4. maximum throughput: wrk, 1 thread, {args.connections} connections,"
-        f" {args.seconds:.0f} s each"
+        f" {args.seconds:.0f} s each, the median of {args.rounds} round(s) in turn"
     )
     print(
         f"{'gateway':<{width}} {'req/s':>8} {'vs noop':>8} {'vs alone':>9} {'envoy CPU':>10}"
-        f" {'proc CPU':>9} {'Redis cmds':>11} {'EVALSHA':>8}"
+        f" {'proc CPU':>9} {'vs floor':>9} {'Redis cmds':>11} {'EVALSHA':>8}"
     )
     print(
         f"{'':<{width}} {'':>8} {'':>8} {'':>9} {'ms/1k req':>10} {'ms/1k req':>9}"
-        f" {'per req':>11} {'per req':>8}"
+        f" {'CPU':>9} {'per req':>11} {'per req':>8}"
     )
     for name, row in throughput.items():
+        floor = throughput[_floor_of(name, throughput)]
+        row["vs_floor_rps"] = row["requests_per_second"] / floor["requests_per_second"]
+        row["vs_floor_cpu"] = row["processor_cpu_ms_per_1k"] / floor["processor_cpu_ms_per_1k"]
         print(
             f"{name:<{width}} {row['requests_per_second']:>8.0f} "
-            f"{row['requests_per_second'] / throughput['noop']['requests_per_second']:>7.2f}x "
+            f"{row['vs_floor_rps']:>7.2f}x "
             f"{row['requests_per_second'] / throughput['alone']['requests_per_second']:>8.2f}x "
             f"{row['envoy_cpu_ms_per_1k']:>10.0f} {row['processor_cpu_ms_per_1k']:>9.0f} "
+            f"{row['vs_floor_cpu']:>8.2f}x "
             f"{row['redis_commands_per_request']:>11.3f} {row['redis_evalsha_per_request']:>8.3f}"
         )
+    print(
+        "(vs noop, vs floor: against the do-nothing server of the same gRPC runtime: "
+        "noop-NAME for a --python variant NAME, else noop)"
+    )
     return {
         "admit_path": latency,
         "shed_path": shed_figures,
         "flood": floods,
         "throughput": throughput,
     }
+
+
+def _floor_of(name: str, throughput: dict) -> str:
+    """The do-nothing server a gateway is compared with: its own runtime's."""
+    return f"noop-{name}" if f"noop-{name}" in throughput else "noop"
 
 
 def _ms(seconds: list[float], q: float) -> float:
@@ -561,16 +658,28 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="admit-path requests each")
     parser.add_argument("--seconds", type=float, default=10, help="wrk run per gateway")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="wrk runs per gateway, in turn (medians shown)"
+    )
     parser.add_argument("--shed-rate", type=float, default=200, help="P2 requests a second")
     parser.add_argument("--shed-seconds", type=float, default=10)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="then profile each processor under wrk with py-spy: DIR/NAME.txt (collapsed "
+        "stacks), DIR/qos-sidecar.svg (a flame graph), and print where the CPU goes",
+    )
     parser.add_argument(
         "--variant",
         action="append",
         default=[],
         metavar="NAME=FLAGS",
         help="one more qos-sidecar side by side, started with these serve flags, e.g. "
-        "'no-cache=--no-over-limit-cache' (repeat)",
+        "'no-cache=--no-over-limit-cache' (repeat); the bench's own: --workers N (N "
+        "processes behind Envoy), --python PATH (another venv's interpreter: its gRPC "
+        "runtime, with a do-nothing server of its own beside it)",
     )
     args = parser.parse_args()
     args.variants = {}

@@ -362,15 +362,19 @@ def start_sidecar(
     name: str = "sidecar",
     grpc_port: int = 0,
     admin_port: int = 0,
+    python: str = sys.executable,
 ) -> RunningSidecar:
-    """`qos-sidecar serve` (on free ports unless given), ready when it returns."""
+    """`qos-sidecar serve` (on free ports unless given), ready when it returns; `python`:
+    another interpreter (a venv with other library versions, for the benches)."""
     grpc_port = grpc_port or free_port()
     admin_port = admin_port or free_port()
     address = f"127.0.0.1:{grpc_port}"
     process = ManagedProcess(
         name,
         [
-            sys.executable,
+            python,
+            # Another interpreter runs its own install, not the checkout in the cwd.
+            *(["-P"] if python != sys.executable else []),
             "-m",
             "sidecar",
             "serve",
