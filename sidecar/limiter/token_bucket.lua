@@ -176,16 +176,21 @@ local function keep_fair(admitted)
   end
 end
 
--- Recent admissions: per slot of `slot` ms and pool, fields "<slot>|b|<pool>" (blocks)
--- and "<slot>|n|<pool>" (requests); readers drop the old ones (read_admitted.lua).
+-- Recent admissions: per slot of `slot` ms and pool, field "<slot>|p|<pool>", packed as
+-- blocks * 2^20 + requests so one HINCRBY counts both; the key's expiry is pushed out
+-- when a slot starts, not on every admission. Readers drop the old slots
+-- (read_admitted.lua).
+local PACKED = 1048576  -- 2^20: requests in one slot stay below it
 local function recorded()
   if record == nil or (refused > 0 and not record.even_refused) then
     return 0
   end
   local slot = math.floor(now / record.slot)
-  redis.call('HINCRBY', record.key, slot .. '|b|' .. record.pool, record.blocks)
-  redis.call('HINCRBY', record.key, slot .. '|n|' .. record.pool, 1)
-  redis.call('PEXPIRE', record.key, record.keep)
+  local added = record.blocks * PACKED + 1
+  local field = slot .. '|p|' .. record.pool
+  if redis.call('HINCRBY', record.key, field, string.format('%d', added)) == added then
+    redis.call('PEXPIRE', record.key, record.keep)
+  end
   return math.floor(now)
 end
 

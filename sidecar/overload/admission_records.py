@@ -12,6 +12,7 @@ import redis.asyncio as redis
 from sidecar.config.schema import Tier
 from sidecar.overload.admitted import SLOT_MS, Recent, RecentAdmissions, admitted_key
 
+PACKED = 2**20  # a slot's field: blocks * PACKED + requests
 _READ = resources.files("sidecar.overload").joinpath("read_admitted.lua").read_text()
 
 
@@ -36,7 +37,12 @@ class AdmissionRecords:
             for field, value in zip(fields[::2], fields[1::2], strict=True):
                 slot, kind, pool = _text(field).split("|", 2)
                 key = (pool, int(slot))
-                slots[key][0 if kind == "b" else 1] += float(value)
+                if kind == "p":  # blocks * 2^20 + requests (token_bucket.lua)
+                    blocks, requests = divmod(int(value), PACKED)
+                    slots[key][0] += blocks
+                    slots[key][1] += requests
+                else:  # "b" or "n", as a sidecar before the packed field wrote them
+                    slots[key][0 if kind == "b" else 1] += float(value)
                 ages[key] = max(0.0, now_ms - (int(slot) + 1) * SLOT_MS) / 1000
         recent: dict[str, list[Recent]] = defaultdict(list)
         for (pool, slot), (blocks, requests) in slots.items():

@@ -1,6 +1,7 @@
 -- A tier's recent admissions (token_bucket.lua records them), with Redis's clock; drops
 -- those too old to matter to anyone.
--- KEYS[1]  the tier's record (hash "<slot>|b|<pool>" / "<slot>|n|<pool>" → count)
+-- KEYS[1]  the tier's record (hash "<slot>|p|<pool>" → blocks * 2^20 + requests; from
+--          sidecars before that, "<slot>|b|<pool>" / "<slot>|n|<pool>" → count)
 -- ARGV[1]  slot length (ms); ARGV[2] return slots ending less than this long ago (ms);
 -- ARGV[3]  delete slots that ended longer ago than this (ms)
 -- Returns {now (ms), field, value, field, value, …} of the slots returned.

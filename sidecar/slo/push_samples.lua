@@ -8,10 +8,17 @@ local window = tonumber(ARGV[1])
 local at = 2
 for i = 1, #KEYS do
   local n = tonumber(ARGV[at])
-  for j = 1, n do
-    redis.call('LPUSH', KEYS[i], now .. ' ' .. ARGV[at + j])
+  -- One LPUSH a thousand samples (unpack's stack is bounded), not one a sample.
+  for first = 1, n, 1000 do
+    local stamped = {}
+    for j = first, math.min(n, first + 999) do
+      stamped[#stamped + 1] = now .. ' ' .. ARGV[at + j]
+    end
+    redis.call('LPUSH', KEYS[i], unpack(stamped))
   end
   at = at + n + 1
-  redis.call('LTRIM', KEYS[i], 0, window - 1)
+  if n > 0 then
+    redis.call('LTRIM', KEYS[i], 0, window - 1)
+  end
 end
 return now
