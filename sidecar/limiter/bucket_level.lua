@@ -2,36 +2,66 @@
 -- (limiter/redis_buckets.py): Redis's clock, a bucket's level refilled to now, and its
 -- store. Time is Redis's own (TIME), never a caller's: sidecars on many hosts share the
 -- buckets and their clocks differ. A missing key is a full bucket, so every key lives at
--- least until it would have refilled anyway; its field 'x' says until when its expiry
+-- least until it would have refilled anyway. Its field 'x' says until when its expiry
 -- is set (Redis ms), so the expiry is pushed out only when a store needs it later, and
--- then a whole refill further: one PEXPIRE a refill time, not one a request.
+-- then by more than it needs: one PEXPIRE a refill time, not one a request. 'x' holds
+-- only while 'xs' equals 'ts' (the store that wrote 'ts' knew it): a writer that sets
+-- expiries itself on every store and leaves 'x' alone (a sidecar before 'x') makes it
+-- unknown, and the expiry is set again. A tier's bucket also holds its fair shares
+-- (token_bucket.lua), read and written with it.
 
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
 local expires = {}  -- key → its field 'x', as read
 
-local function refilled(key, rate, burst)
-  local state = redis.call('HMGET', key, 'tokens', 'ts', 'x')
+-- The level refilled to now, and the values of `more` fields of the same hash (read in
+-- the same HMGET).
+local function refilled(key, rate, burst, more)
+  local state = redis.call('HMGET', key, 'tokens', 'ts', 'x', 'xs', unpack(more or {}))
   local tokens, ts = tonumber(state[1]), tonumber(state[2])
-  expires[key] = tonumber(state[3])
-  if tokens == nil or ts == nil then
-    return burst
+  if state[3] and state[4] == state[2] then
+    expires[key] = tonumber(state[3])
   end
-  return math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
+  local extra = {}
+  for i = 5, #state do
+    extra[i - 4] = state[i]
+  end
+  if tokens == nil or ts == nil then
+    return burst, extra
+  end
+  return math.min(burst, tokens + math.max(0, now - ts) * rate / 1000), extra
 end
 
-local function store(key, tokens, rate, burst)
-  local needed = now + math.ceil((burst - tokens) * 1000 / rate) + 1000
+-- The key is to live `life` ms more at least: its expiry is pushed out, by `slack`
+-- more, only if it is set sooner. Returns the field pair to store with the hash and the
+-- PEXPIRE to send after that store (a missing key takes no expiry), or nothing.
+local function outlive(key, life, slack)
   local set = expires[key]
-  if set ~= nil and set >= needed then
-    redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', tostring(now))
-    return
+  if set ~= nil and set >= now + life then
+    return {}, nil
   end
-  -- A new key expires as soon as it may (when it would be full); a busy one, whose
-  -- expiry keeps moving out, gets a refill's time more each time, so not every store
-  -- has to push it.
-  local until_ms = set == nil and needed or math.ceil(needed + burst * 1000 / rate)
-  redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', tostring(now), 'x',
-             tostring(until_ms))
-  redis.call('PEXPIRE', key, math.ceil(until_ms - now))
+  -- A new key expires as soon as it may; a busy one, whose expiry keeps moving out,
+  -- gets the slack each time, so not every store has to push it.
+  local ttl = set == nil and life or math.ceil(life + slack)
+  expires[key] = now + ttl
+  return {'x', tostring(now + ttl)}, ttl
+end
+
+-- Store the level, with `more` field pairs of the same hash; the key lives until it
+-- would be full again, and `keep` ms more at least if given.
+local function store(key, tokens, rate, burst, more, keep)
+  local life = math.max(math.ceil((burst - tokens) * 1000 / rate) + 1000, keep or 0)
+  local slack = math.max(burst * 1000 / rate, keep or 0)
+  local expiry, ttl = outlive(key, life, slack)
+  local stamp = tostring(now)
+  local fields = {'tokens', tostring(tokens), 'ts', stamp, 'xs', stamp}
+  for _, list in ipairs({expiry, more or {}}) do
+    for _, value in ipairs(list) do
+      fields[#fields + 1] = value
+    end
+  end
+  redis.call('HSET', key, unpack(fields))
+  if ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
 end

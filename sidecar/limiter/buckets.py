@@ -84,6 +84,8 @@ def tenant_bucket_key(tier: str, tenant: str, pool: str | None = None) -> str:
 
 
 def fair_share_keys(tier: str, pool: str = DEFAULT_POOL) -> tuple[str, str]:
-    """A tier's fair-share state and its active tenants, in the slot of its buckets."""
-    base = tier_bucket_key(tier, pool).replace(":tier", ":fair", 1)
-    return base, base.replace(":fair", ":fair-active", 1)
+    """A tier's fair-share state and its active tenants, in the slot of its buckets. The
+    state is the tier's bucket hash itself: token_bucket.lua reads and stores both in
+    one command each."""
+    bucket = tier_bucket_key(tier, pool)
+    return bucket, bucket.replace(":tier", ":fair-active", 1)

@@ -42,6 +42,11 @@ while ARGV[at] ~= nil do
   end
 end
 
+-- The tier's fair shares live in its bucket's hash (fair_share_keys): then they are
+-- read with the level in one HMGET and stored with it in one HSET.
+local merged = fair ~= nil and n >= 1 and fair.state == KEYS[1]
+local fair_read
+
 local levels = {}
 local refused, longest_wait, over_share = 0, 0, 0
 
@@ -51,7 +56,13 @@ for i = 1, n do
   if cost > burst then
     return {0, i, -1, tostring(burst), 0, 0}
   end
-  local tokens = refilled(KEYS[i], rate, burst)
+  local tokens
+  if i == 1 and merged then
+    tokens, fair_read = refilled(KEYS[i], rate, burst,
+                                 {'#weights', '#served', '#at', '#swept', 't:' .. fair.tenant})
+  else
+    tokens = refilled(KEYS[i], rate, burst)
+  end
   levels[i] = tokens
   if tokens < cost then
     local wait = math.ceil((cost - tokens) * 1000 / rate)
@@ -80,8 +91,8 @@ local function parsed(value)
   return tonumber(s), tonumber(a), tonumber(t), tonumber(w)
 end
 if fair ~= nil then
-  local got = redis.call('HMGET', fair.state, '#weights', '#served', '#at', '#swept',
-                         't:' .. fair.tenant)
+  local got = fair_read or redis.call('HMGET', fair.state, '#weights', '#served', '#at',
+                                     '#swept', 't:' .. fair.tenant)
   weights = tonumber(got[1] or '0')
   total = decayed(tonumber(got[2] or '0'), tonumber(got[3] or now))
   local mine = got[5]
@@ -138,9 +149,11 @@ if fair ~= nil then
   end
 end
 
+-- What the fair shares keep of this call. Returns, when the fields are to be stored
+-- with the tier's bucket (merged and admitted), them and until when the hash must live.
 local function keep_fair(admitted)
   if fair == nil then
-    return
+    return {}
   end
   local fields = {}
   if refused > 1 then  -- refused by its own budget: it does not contend for the tier's
@@ -148,7 +161,7 @@ local function keep_fair(admitted)
       weights = weights - fair.weight  -- not active: out of the sum again
     end
     if not swept then
-      return  -- nothing changed
+      return {}  -- nothing changed
     end
   else
     if admitted then
@@ -164,16 +177,27 @@ local function keep_fair(admitted)
       redis.call('ZADD', fair.active, now, fair.tenant)
     end
   end
-  redis.call('HSET', fair.state, '#weights', string.format('%.17g', math.max(0, weights)),
-             '#served', string.format('%.17g', math.max(0, total)), '#at', tostring(now),
-             unpack(fields))
+  local kept = {'#weights', string.format('%.17g', math.max(0, weights)),
+                '#served', string.format('%.17g', math.max(0, total)), '#at', tostring(now)}
+  for _, value in ipairs(fields) do
+    kept[#kept + 1] = value
+  end
+  -- Both live as long as each other: a tenant in the state is always in the set.
+  local keep = math.ceil(fair.active_ms + fair.window + 2 * SWEEP_MS)
   if swept then
-    -- Both live as long as each other: a tenant in the state is always in the set.
-    local keep = math.ceil(fair.active_ms + fair.window + 2 * SWEEP_MS)
-    redis.call('HSET', fair.state, '#swept', tostring(now))
-    redis.call('PEXPIRE', fair.state, keep)
+    kept[#kept + 1], kept[#kept + 2] = '#swept', tostring(now)
     redis.call('PEXPIRE', fair.active, keep)
   end
+  if merged and admitted then
+    return kept, keep
+  end
+  redis.call('HSET', fair.state, unpack(kept))
+  -- The bucket's hash (merged) is only ever given a later expiry, never a sooner one;
+  -- this runs once a sweep (100 ms) at most, so its PTTL costs next to nothing.
+  if swept and (not merged or redis.call('PTTL', fair.state) < keep) then
+    redis.call('PEXPIRE', fair.state, keep)
+  end
+  return {}
 end
 
 -- Recent admissions: per slot of `slot` ms and pool, field "<slot>|p|<pool>", packed as
@@ -199,10 +223,14 @@ if refused > 0 then
   return {0, refused, longest_wait, tostring(levels[1]), recorded(), over_share}
 end
 
+local fair_kept, fair_keep = keep_fair(true)
 for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
-  store(KEYS[i], levels[i] - cost, rate, burst)
+  if i == 1 and merged then
+    store(KEYS[i], levels[i] - cost, rate, burst, fair_kept, fair_keep)
+  else
+    store(KEYS[i], levels[i] - cost, rate, burst)
+  end
 end
-keep_fair(true)
 return {1, 0, 0, tostring(levels[1] - cost), recorded(), 0}

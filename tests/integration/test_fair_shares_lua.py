@@ -118,7 +118,9 @@ async def test_without_fairness_the_script_answers_as_before(aredis):
     plain = BucketSpec(tier_bucket_key("p1"), RATE, BURST)
     for _ in range(10):
         assert (await buckets.acquire(100, [plain])).allowed
-    assert await aredis.exists(STATE, ACTIVE) == 0
+    # The state shares the tier bucket's hash: no fair-share field, no active tenant.
+    assert not [f for f in await aredis.hkeys(STATE) if f.startswith((b"#", b"t:"))]
+    assert await aredis.exists(ACTIVE) == 0
 
 
 async def test_a_settlement_corrects_what_the_tenant_was_served(aredis):

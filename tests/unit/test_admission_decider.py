@@ -113,7 +113,7 @@ async def test_the_tier_bucket_names_who_asks_for_its_fair_shares():
     (_, fair), (_, plain) = limiter.calls
     share = fair[0].fair
     assert (share.tenant, share.weight, share.window_seconds) == ("capped", 1.0, 2.0)
-    assert share.state_key == "qos:{bucket-p1}:fair"
+    assert share.state_key == fair[0].key == "qos:{bucket-p1}:tier"  # in the bucket's hash
     assert share.reserve == pytest.approx(0.4 * fair[0].burst)
     assert fair[1].fair is None  # the tenant's own bucket is its alone
     assert plain[0].fair is None
