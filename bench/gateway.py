@@ -351,12 +351,14 @@ def configure(stack: Stack, batch_rate_rps: float) -> None:
     )
 
 
-def _start_noop(stack: Stack, work: Path, python: str, name: str) -> tuple[int, ManagedProcess]:
+def _start_noop(
+    stack: Stack, work: Path, python: str, name: str, loop: str = "asyncio"
+) -> tuple[int, ManagedProcess]:
     port = free_port()
     noop = ManagedProcess(
         name,
         [python, *(["-P"] if python != sys.executable else []), "-m", "sidecar.benchmarks.noop",
-         "--port", str(port)],
+         "--port", str(port), "--event-loop", loop],
         work / f"{name}.log",
     )  # fmt: skip
     stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}")))
@@ -376,8 +378,9 @@ def start_gateways(
     for name, given in variants.items():
         flags, workers = _option(given, "--workers", "1")
         flags, python = _option(flags, "--python", sys.executable)
-        if python != sys.executable:  # another runtime: its own do-nothing floor too
-            port, process = _start_noop(stack, work, python, f"noop-processor-{name}")
+        _, loop = _option(flags, "--event-loop", "asyncio")  # a serve flag too
+        if python != sys.executable or loop != "asyncio":  # its own do-nothing floor too
+            port, process = _start_noop(stack, work, python, f"noop-processor-{name}", loop)
             processors.append((f"noop-{name}", [port], process, ""))
         ports = []
         for worker in range(int(workers)):
@@ -679,7 +682,7 @@ def main() -> None:
         help="one more qos-sidecar side by side, started with these serve flags, e.g. "
         "'no-cache=--no-over-limit-cache' (repeat); the bench's own: --workers N (N "
         "processes behind Envoy), --python PATH (another venv's interpreter: its gRPC "
-        "runtime, with a do-nothing server of its own beside it)",
+        "runtime); with it or --event-loop uvloop, a do-nothing server of its own beside it",
     )
     args = parser.parse_args()
     args.variants = {}

@@ -15,7 +15,7 @@ from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import logs, redis_connect
+from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
 from sidecar.completion.usage import streamed_output_tokens
@@ -338,5 +338,5 @@ async def serve(settings: SidecarSettings) -> None:
 
 def main(settings: SidecarSettings) -> int:
     logs.configure(settings.log_level, "sidecar")
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings), settings.event_loop)
     return 0

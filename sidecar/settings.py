@@ -71,6 +71,11 @@ class SidecarSettings:
         "scrape mode: HOST:PORT of the DNS server for dns: targets (default: the system's)",
     )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
+    event_loop: str = setting(
+        "asyncio",
+        "QOS_EVENT_LOOP",
+        "the event loop: asyncio, or uvloop (pip install 'qos-sidecar[uvloop]')",
+    )
 
     @property
     def grpc_address(self) -> str:

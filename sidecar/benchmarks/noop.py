@@ -20,6 +20,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from sidecar import event_loop
+
 # Each kind of message Envoy sends, answered with an empty response of the same kind.
 _CONTINUE = {
     "request_headers": ext_proc.ProcessingResponse(request_headers=ext_proc.HeadersResponse()),
@@ -63,4 +65,6 @@ async def serve(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    asyncio.run(serve(parser.parse_args().port))
+    parser.add_argument("--event-loop", default="asyncio", choices=event_loop.LOOPS)
+    args = parser.parse_args()
+    event_loop.run(serve(args.port), args.event_loop)

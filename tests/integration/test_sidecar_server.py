@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 
 import grpc
@@ -10,6 +11,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sidecar.extproc.client import ExtProcClient
 from sidecar.stack import readiness
 from tests.integration.helpers import scrape, wait_until
 from tests.unit.test_exchange import BODY, request_body, request_headers
@@ -80,3 +82,16 @@ async def test_sigterm_drains_an_open_stream_and_refuses_new_ones(sidecar):
     # With nothing left open it exits well before its 20 s grace.
     returncode = await asyncio.to_thread(process.wait, 10)
     assert returncode == 0
+
+
+@pytest.mark.asyncio
+async def test_on_uvloop_the_sidecar_decides_as_on_asyncio(sidecars):
+    """`--event-loop uvloop`: the same decision (no pod reports: P2 shed) on either loop."""
+    answers = []
+    for loop in ("uvloop", "asyncio"):
+        running = sidecars("--event-loop", loop)
+        async with grpc.aio.insecure_channel(running.grpc_address) as channel:
+            answers.append(await ExtProcClient(channel).decide(json.loads(BODY)))
+    shed = [answer.immediate_response for answer in answers]
+    assert [r.details for r in shed] == ["qos_shed_no_reports"] * 2
+    assert shed[0].status == shed[1].status and shed[0].headers == shed[1].headers
