@@ -32,7 +32,7 @@ class LoadReport(_message.Message):
     kv_block_size: int
     kv_cache_unknown: bool
     dialect: str
-    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_tokens_per_second: _Optional[float] = ..., kv_block_size: _Optional[int] = ..., kv_cache_unknown: _Optional[bool] = ..., dialect: _Optional[str] = ...) -> None: ...
+    def __init__(self, pod_id: _Optional[str] = ..., model: _Optional[str] = ..., kv_cache_usage: _Optional[float] = ..., kv_blocks_total: _Optional[int] = ..., num_requests_running: _Optional[int] = ..., num_requests_waiting: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., scheduling_policy: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_tokens_per_second: _Optional[float] = ..., kv_block_size: _Optional[int] = ..., kv_cache_unknown: bool = ..., dialect: _Optional[str] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("ttl_ms",)

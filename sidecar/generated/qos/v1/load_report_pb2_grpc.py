@@ -5,7 +5,7 @@ import warnings
 
 from sidecar.generated.qos.v1 import load_report_pb2 as qos_dot_v1_dot_load__report__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.78.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class LoadReporterStub:
+class LoadReporterStub(object):
     """Accepts load reports; served by `qos-sidecar serve` on its gRPC port.
     """
 
@@ -42,7 +42,7 @@ class LoadReporterStub:
                 _registered_method=True)
 
 
-class LoadReporterServicer:
+class LoadReporterServicer(object):
     """Accepts load reports; served by `qos-sidecar serve` on its gRPC port.
     """
 
@@ -69,7 +69,7 @@ def add_LoadReporterServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class LoadReporter:
+class LoadReporter(object):
     """Accepts load reports; served by `qos-sidecar serve` on its gRPC port.
     """
 
