@@ -505,9 +505,23 @@ def profile(gateways: list[Gateway], script: Path, args: argparse.Namespace) -> 
             continue
         print(f"profile: py-spy on {gateway.name} under wrk ...", flush=True)
         raw = args.profile / f"{gateway.name}.txt"
+        pid = gateway.processor.pid
         with wrk_running(gateway, script, args.seconds + 3, args.connections):
-            profiling.record(gateway.processor.pid, args.seconds, raw)
-        found[gateway.name] = profiling.breakdown(raw)
+            before = profiling.thread_cpu(pid)
+            profiling.record(pid, args.seconds, raw)
+            after = profiling.thread_cpu(pid)
+        found[gateway.name] = profiling.split(raw, pid, before, after)
+        by_name: dict[str, float] = {}
+        for tid, (name, cpu) in after.items():
+            name = "main" if tid == pid else name
+            by_name[name] = by_name.get(name, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+        total = sum(by_name.values()) or 1.0
+        listed = ", ".join(
+            f"{name} {100 * cpu / total:.0f} %"
+            for name, cpu in sorted(by_name.items(), key=lambda kv: -kv[1])
+            if cpu / total >= 0.01
+        )
+        print(f"  {gateway.name}: CPU by thread: {listed}", flush=True)
         if gateway.name == "qos":
             with wrk_running(gateway, script, args.seconds + 3, args.connections):
                 svg = args.profile / "qos-sidecar.svg"
@@ -542,7 +556,10 @@ def report_profile(profiles: dict[str, dict[str, float]], throughput: dict) -> d
         for name in names
     }
     print()
-    print("5. where each processor's CPU goes under wrk (py-spy, native frames; ms per 1k req)")
+    print(
+        "5. where each processor's CPU goes under wrk (ms per 1k req; the main thread's split"
+        " by py-spy's samples, the other threads' counted as gRPC's runtime)"
+    )
     print(f"{'part':<18}" + "".join(f"{name:>14}" for name in names))
     for part in parts:
         print(f"{part:<18}" + "".join(f"{split[name][part]:>14.0f}" for name in names))
