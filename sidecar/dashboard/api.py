@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -9,6 +10,7 @@ from dataclasses import asdict
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio as redis
 from aiohttp import web
 
 from sidecar.config.schema import Mode, OperatorMode, Tier
@@ -38,7 +40,7 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
 
     async def state(request: web.Request) -> web.Response:
         auth.check(request, token)
-        return web.json_response(await _state(server))
+        return web.json_response(_state(server))
 
     async def switch(request: web.Request, change) -> web.Response:
         """Apply `change(body, current mode)` → (the new mode, what changed), for every
@@ -50,7 +52,11 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
         by = f"{name} from {remote}" if name else remote
         await server.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
         await server.watcher.refresh()
-        return web.json_response(await _state(server))
+        # The answer shows this switch; should the read fail, it is switched all the same
+        # and the next tick reads it.
+        with contextlib.suppress(redis.RedisError, OSError):
+            await server.history.read_events()
+        return web.json_response(_state(server))
 
     async def set_mode(request: web.Request) -> web.Response:
         return await switch(
@@ -153,7 +159,7 @@ def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
     return pools
 
 
-async def _state(server: SidecarServer) -> dict[str, Any]:
+def _state(server: SidecarServer) -> dict[str, Any]:
     snapshot = server.watcher.current
     load = server.monitor.state.load
     counts = _decision_counts(server)
@@ -173,11 +179,9 @@ async def _state(server: SidecarServer) -> dict[str, Any]:
             "rate": snapshot.tier_rate(tier),
             "overload": overload.value if overload else None,
         }
-    try:
-        adjustments = await server.config_store.adjustments(10)
-        switches = [asdict(change) for change in await server.config_store.mode_changes(20)]
-    except Exception:  # the page still shows what this sidecar knows
-        adjustments, switches = [], []
+    # Both as the history last read them (history/recorder.py): no Redis call a poll.
+    adjustments = server.history.moves[:10]
+    switches = [asdict(change) for change in server.history.switches[:20]]
     return {
         "at": time.time(),
         "pools": _pools(server, snapshot),

@@ -76,7 +76,7 @@ class HistoryRecorder:
         if not self._filled:  # the whole window once (a start), then the newest seconds
             await self._fill()
         self._merge(*await self._store.last(REREAD_SECONDS))
-        await self._read_events()
+        await self.read_events()
         self._page = self._page_gzip = None  # built again when a page asks (none may)
 
     async def _fill(self) -> None:
@@ -95,9 +95,20 @@ class HistoryRecorder:
             if second < now:
                 self.window.merge(second, fields)
 
-    async def _read_events(self) -> None:
+    @property
+    def switches(self) -> list[ModeChange]:
+        """The operator's last switches, newest first (as of the last read)."""
+        return self._switches
+
+    @property
+    def moves(self) -> list[dict]:
+        """The controller's last moves, newest first (as of the last read)."""
+        return self._moves
+
+    async def read_events(self) -> None:
         """The switches and controller moves, read again only when the configuration's
-        version moved (both bump it)."""
+        version moved (both bump it): once a tick, and when a switch is made here, so
+        the state pages poll needs no Redis call of its own for them."""
         version = self._server.watcher.current.version
         if version == self._events_version:
             return
