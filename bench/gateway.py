@@ -355,10 +355,12 @@ def _start_noop(
     stack: Stack, work: Path, python: str, name: str, loop: str = "asyncio"
 ) -> tuple[int, ManagedProcess]:
     port = free_port()
+    # The default loop unnamed: a tree from before --event-loop runs too (its own floor).
+    loop_flags = ["--event-loop", loop] if loop != "asyncio" else []
     noop = ManagedProcess(
         name,
         [python, *(["-P"] if python != sys.executable else []), "-m", "sidecar.benchmarks.noop",
-         "--port", str(port), "--event-loop", loop],
+         "--port", str(port), *loop_flags],
         work / f"{name}.log",
     )  # fmt: skip
     stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}")))

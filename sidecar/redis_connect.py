@@ -13,6 +13,8 @@ from typing import Any
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
+from sidecar.redis_multiplexed import MultiplexedRedis, understands
+
 
 def connect(url: str, cluster: bool = False, **options: Any) -> redis.Redis:
     """A client for `url`; with `cluster`, one that follows the cluster's slots."""
@@ -20,3 +22,13 @@ def connect(url: str, cluster: bool = False, **options: Any) -> redis.Redis:
         # Same interface for everything the sidecar calls; typed as Redis for its users.
         return RedisCluster.from_url(url, **options)  # type: ignore[return-value]
     return redis.Redis.from_url(url, **options)
+
+
+def budget_client(
+    url: str, cluster: bool = False, timeout: float = 0.25
+) -> MultiplexedRedis | None:
+    """The one connection the decisions' budget calls share, for a single server whose URL
+    it understands; None: they go through the general client."""
+    if cluster or not understands(url):
+        return None
+    return MultiplexedRedis(url, timeout)

@@ -63,6 +63,8 @@ EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 LOAD_REPORTER_SERVICE = "qos.v1.LoadReporter"
 # How long after an exchange's ext_proc stream ends its slot waits for the access log.
 UNLOGGED_GRACE_SECONDS = 1.0
+# Every Redis call is bounded: a slow Redis must not hold requests for long.
+REDIS_TIMEOUT_SECONDS = 0.25
 
 _GRPC_OPTIONS = [
     # Refuse to start on a port another process holds, instead of sharing it silently.
@@ -107,15 +109,19 @@ class SidecarServer:
             reports,
             self._snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
-            records=AdmissionRecords(self._records_redis),
+            records=AdmissionRecords(self._records_redis, self._pool_names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
         self._access_log = AccessLogReceiver(self._exchange_ended)
+        # The decisions' budget calls share one connection of their own (a single server).
+        self._budget_redis = redis_connect.budget_client(
+            settings.redis_url, settings.redis_cluster, REDIS_TIMEOUT_SECONDS
+        )
         self.limiter = ResilientLimiter(
-            RedisTokenBuckets(self.redis),
+            RedisTokenBuckets(self.redis, self._budget_redis),
             self.redis,
             lambda: self.queue.sidecars_alive,
             timeout=settings.redis_timeout_ms / 1000,
@@ -147,12 +153,11 @@ class SidecarServer:
         self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
 
     def _connect(self) -> redis.Redis:
-        # Every Redis call is bounded: a slow Redis must not hold requests for long.
         return redis_connect.connect(
             self.settings.redis_url,
             self.settings.redis_cluster,
-            socket_timeout=0.25,
-            socket_connect_timeout=0.25,
+            socket_timeout=REDIS_TIMEOUT_SECONDS,
+            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
         )
 
     def _exchange_ended(self, end: ExchangeEnd) -> None:
@@ -216,6 +221,9 @@ class SidecarServer:
 
     def _snapshot(self) -> Snapshot:
         return self.watcher.current  # the configuration in force, always the latest
+
+    def _pool_names(self) -> list[str]:
+        return [pool.name for pool in self.watcher.current.pools]
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -289,6 +297,8 @@ class SidecarServer:
         await self.watcher.stop()
         await self.redis.aclose()
         await self._records_redis.aclose()
+        if self._budget_redis is not None:
+            await self._budget_redis.aclose()
         log.info("sidecar stopped")
 
 

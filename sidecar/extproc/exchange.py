@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
@@ -50,7 +50,9 @@ class ProtocolError(Exception):
     """Envoy sent a message the current phase does not allow."""
 
 
-Answers = AsyncIterator[ext_proc.ProcessingResponse]
+# Sends one response to Envoy (the stream's write): coroutines, not async generators, all
+# the way down, as an async generator costs its loop a registration of its own.
+Send = Callable[[ext_proc.ProcessingResponse], Awaitable[object]]
 
 
 class Exchange:
@@ -73,18 +75,22 @@ class Exchange:
         self.decision_seconds: float | None = None
         self._body = bytearray()
 
-    async def answers(self, message: ext_proc.ProcessingRequest) -> Answers:
-        """The responses to one message from Envoy: one, or two for a held request."""
+    async def answer(self, message: ext_proc.ProcessingRequest, send: Send) -> None:
+        """Send the responses to one message from Envoy: one, or two for a held request."""
         kind = message.WhichOneof("request")
         handler = _HANDLERS.get((self.phase, kind))
         if handler is None:
             raise ProtocolError(f"{kind} is not expected in phase {self.phase.value}")
-        async for answer in handler(self, getattr(message, kind)):
-            yield answer
+        await handler(self, getattr(message, kind), send)
 
     async def handle(self, message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:
         """The final response to one message (a held request's wait included)."""
-        answers = [answer async for answer in self.answers(message)]
+        answers: list[ext_proc.ProcessingResponse] = []
+
+        async def keep(answer: ext_proc.ProcessingResponse) -> None:
+            answers.append(answer)
+
+        await self.answer(message, keep)
         return answers[-1]
 
     @property
@@ -99,46 +105,46 @@ class Exchange:
     def admitted(self) -> Admit | None:
         return self.decision if isinstance(self.decision, Admit) else None
 
-    async def _on_request_headers(self, headers: ext_proc.HttpHeaders) -> Answers:
+    async def _on_request_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
         self.request_headers = messages.header_dict(headers)
         if headers.end_of_stream:
-            async for answer in self._decide("request_headers", body=None):
-                yield answer
+            await self._decide("request_headers", None, send)
             return
         self.phase = Phase.REQUEST_BODY
         # Responses are not sent by default (a round trip each): ask for a sample.
         self.response_watched = self._decider.watch_response()
         if self.response_watched:
-            yield messages.watch_response_message()
+            await send(messages.watch_response_message())
         else:
-            yield messages.continue_message("request_headers")
+            await send(messages.continue_message("request_headers"))
 
-    async def _on_request_body(self, body: ext_proc.HttpBody) -> Answers:
+    async def _on_request_body(self, body: ext_proc.HttpBody, send: Send) -> None:
         self._body += body.body
         if not body.end_of_stream:  # STREAMED mode: keep collecting
-            yield messages.continue_message("request_body")
+            await send(messages.continue_message("request_body"))
             return
-        async for answer in self._decide("request_body", body=bytes(self._body)):
-            yield answer
+        await self._decide("request_body", bytes(self._body), send)
 
-    async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers) -> Answers:
+    async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
         # Trailers end a body that had no end_of_stream: the request is complete.
-        async for answer in self._decide("request_body", body=bytes(self._body)):
+        async def as_trailers(answer: ext_proc.ProcessingResponse) -> None:
             if answer.WhichOneof("response") == "request_body":
                 answer = messages.continue_message("request_trailers")
-            yield answer
+            await send(answer)
 
-    async def _on_response_headers(self, headers: ext_proc.HttpHeaders) -> Answers:
+        await self._decide("request_body", bytes(self._body), as_trailers)
+
+    async def _on_response_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
         status = messages.header_dict(headers).get(":status", "")
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
         admitted = self.admitted
         if admitted and admitted.time_first_byte and self.phase is Phase.RESPONSE_BODY:
-            yield messages.watch_body_message()
+            await send(messages.watch_body_message())
         else:
-            yield messages.continue_message("response_headers")
+            await send(messages.continue_message("response_headers"))
 
-    async def _on_response_body(self, body: ext_proc.HttpBody) -> Answers:
+    async def _on_response_body(self, body: ext_proc.HttpBody, send: Send) -> None:
         if body.body and self.first_byte_after is None:
             # Time to first token, as the client sees it: queue, prefill, first chunk.
             self.first_byte_after = time.monotonic() - self.started
@@ -149,20 +155,20 @@ class Exchange:
         # would cost a message); the access log still tells the exchange's end.
         if body.end_of_stream or self.first_byte_after is not None:
             self.phase = Phase.DONE
-        yield messages.continue_message("response_body")
+        await send(messages.continue_message("response_body"))
 
-    async def _on_response_trailers(self, _trailers: ext_proc.HttpTrailers) -> Answers:
+    async def _on_response_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
         self.phase = Phase.DONE
-        yield messages.continue_message("response_trailers")
+        await send(messages.continue_message("response_trailers"))
 
-    async def _decide(self, kind: str, body: bytes | None) -> Answers:
+    async def _decide(self, kind: str, body: bytes | None, send: Send) -> None:
         view = RequestView(
             self.method, self.path, self.request_headers, body, self.response_watched
         )
         started = time.perf_counter()
         decision = await self._ask(self._decider.decide, view)
         if isinstance(decision, Hold):
-            yield messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS)
+            await send(messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS))
             decision = await self._ask(decision.resume)
         assert not isinstance(decision, Hold)
         self.decision = decision
@@ -171,10 +177,10 @@ class Exchange:
             self._on_decision(decision, self.decision_seconds)
         if isinstance(decision, Admit):
             self.phase = Phase.RESPONSE_HEADERS
-            yield messages.admit_message(kind, decision)
+            await send(messages.admit_message(kind, decision))
         else:
             self.phase = Phase.DONE
-            yield messages.immediate_message(decision)
+            await send(messages.immediate_message(decision))
 
     async def _ask(self, decide, *args) -> Decision:
         try:

@@ -33,15 +33,16 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         self,
         request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[ext_proc.ProcessingResponse]:
+    ) -> None:
+        # The stream read and written through its context: a coroutine, not an async
+        # generator over gRPC's request iterator (each a layer the loop registers).
         exchange = Exchange(self._decider, self._record, self._on_first_byte)
         self._metrics.streams_open.inc()
         closed_by_envoy = True
         try:
-            async for message in request_iterator:
+            while (message := await context.read()) is not grpc.aio.EOF:
                 try:
-                    async for answer in exchange.answers(message):
-                        yield answer
+                    await exchange.answer(message, context.write)
                 except ProtocolError as error:
                     self._metrics.protocol_errors.inc()
                     log.warning("ext_proc protocol error: %s", error)

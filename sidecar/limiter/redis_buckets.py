@@ -10,6 +10,7 @@ import redis.asyncio as redis
 from sidecar.config.schema import Tier
 from sidecar.limiter.buckets import BucketSpec, Verdict, tier_bucket_key
 from sidecar.overload.admitted import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, admitted_key
+from sidecar.redis_multiplexed import MultiplexedRedis
 
 _LUA = resources.files("sidecar.limiter")
 # Both scripts start with the bucket arithmetic they share.
@@ -21,11 +22,13 @@ SETTLE = _LEVEL + _LUA.joinpath("settle.lua").read_text()
 class RedisTokenBuckets:
     """EVALSHA, reloading the script on NOSCRIPT (restart, failover, SCRIPT FLUSH)."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        # redis-py's Script sends EVALSHA and, on NOSCRIPT, loads the script and retries.
+    def __init__(self, client: redis.Redis, calls: MultiplexedRedis | None = None) -> None:
+        # Both kinds of script send EVALSHA and, on NOSCRIPT, load the script and retry;
+        # `calls`, when given, carries the per-decision ones (a connection they share).
         self._client = client
-        self._script = client.register_script(SCRIPT)
-        self._settle = client.register_script(SETTLE)
+        scripts = calls.script if calls is not None else client.register_script
+        self._script = scripts(SCRIPT)
+        self._settle = scripts(SETTLE)
 
     async def warm(self) -> None:
         """Load the scripts (on every master of a cluster): a master that came back empty
@@ -47,8 +50,8 @@ class RedisTokenBuckets:
         args: list[float | str] = [cost]
         for bucket in buckets:
             args += [bucket.rate, bucket.burst]
-        if load is not None:  # the record lives in the tier's slot, as the buckets do
-            keys.append(admitted_key(load.tier))
+        if load is not None:  # in the tier's bucket of its pool, read and written with it
+            keys.append(record_key(load, buckets))
             args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
             args.append(1 if load.even_over_budget else 0)
         fair = buckets[0].fair if buckets else None
@@ -80,3 +83,10 @@ class RedisTokenBuckets:
             keys.append(fair.state_key)
             args += ["fair", fair.tenant, fair.window_seconds * 1000]
         return float(await self._settle(keys=keys, args=args))
+
+
+def record_key(load: AdmittedLoad, buckets: Sequence[BucketSpec]) -> str:
+    """Where the admission is recorded: in the first bucket when that is its tier's in its
+    pool (one HMGET and one HSET for both), else in the tier's record of its own."""
+    bucket = tier_bucket_key(load.tier, load.pool)
+    return bucket if buckets and buckets[0].key == bucket else admitted_key(load.tier)

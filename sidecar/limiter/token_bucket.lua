@@ -7,7 +7,9 @@
 -- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
 -- then optional groups, each named by its first argument, each with the next KEYS:
 --   'record', KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
---        KEYS: the tier's record of recent admissions (hash)
+--        KEYS: where the pool's recent admissions are recorded: the tier's bucket in
+--        that pool, KEYS[1] itself (then read and written with the level), or a hash
+--        of its own (the layout of sidecars before that)
 --   'fair', tenant, weight, window (ms), active (ms), reserve (tokens)
 --        KEYS: the tier's fair-share state (hash), its active tenants (sorted set)
 --
@@ -42,10 +44,17 @@ while ARGV[at] ~= nil do
   end
 end
 
--- The tier's fair shares live in its bucket's hash (fair_share_keys): then they are
--- read with the level in one HMGET and stored with it in one HSET.
+-- The tier's fair shares live in its bucket's hash (fair_share_keys), and so do its
+-- recent admissions in the bucket's pool: then they are read with the level in one
+-- HMGET and stored with it in one HSET.
 local merged = fair ~= nil and n >= 1 and fair.state == KEYS[1]
 local fair_read
+local record_merged = record ~= nil and n >= 1 and record.key == KEYS[1]
+local record_slot, record_field, record_read
+if record ~= nil then
+  record_slot = math.floor(now / record.slot)
+  record_field = 'r|' .. record_slot
+end
 
 local levels = {}
 local refused, longest_wait, over_share = 0, 0, 0
@@ -57,9 +66,17 @@ for i = 1, n do
     return {0, i, -1, tostring(burst), 0, 0}
   end
   local tokens
-  if i == 1 and merged then
-    tokens, fair_read = refilled(KEYS[i], rate, burst,
-                                 {'#weights', '#served', '#at', '#swept', 't:' .. fair.tenant})
+  if i == 1 and (merged or record_merged) then
+    local more = merged and {'#weights', '#served', '#at', '#swept', 't:' .. fair.tenant} or {}
+    if record_merged then
+      more[#more + 1], more[#more + 2] = record_field, '#r'
+    end
+    local extra
+    tokens, extra = refilled(KEYS[i], rate, burst, more)
+    fair_read = merged and extra or nil
+    if record_merged then
+      record_read = {extra[#more - 1], extra[#more]}
+    end
   else
     tokens = refilled(KEYS[i], rate, burst)
   end
@@ -200,37 +217,77 @@ local function keep_fair(admitted)
   return {}
 end
 
--- Recent admissions: per slot of `slot` ms and pool, field "<slot>|p|<pool>", packed as
--- blocks * 2^20 + requests so one HINCRBY counts both; the key's expiry is pushed out
--- when a slot starts, not on every admission. Readers drop the old slots
--- (read_admitted.lua).
+-- Recent admissions: per slot of `slot` ms, blocks * 2^20 + requests, so one number
+-- counts both. In the tier's bucket (merged), field "r|<slot>", stored with the level;
+-- '#r' is the last slot written, so when a slot starts the slots that ended more than
+-- `keep` ago are dropped (those between '#r' and that: one field a slot, in steady
+-- traffic), and the hash is kept that long at least. In a hash of its own, field
+-- "<slot>|p|<pool>", one HINCRBY; its expiry is pushed out when a slot starts, and its
+-- readers drop the old slots (read_admitted.lua).
 local PACKED = 1048576  -- 2^20: requests in one slot stay below it
-local function recorded()
-  if record == nil or (refused > 0 and not record.even_refused) then
-    return 0
-  end
-  local slot = math.floor(now / record.slot)
+local function wants_record()
+  return record ~= nil and (refused == 0 or record.even_refused)
+end
+-- The merged record's fields to store with the bucket (the old slots dropped first).
+local function record_fields()
   local added = record.blocks * PACKED + 1
-  local field = slot .. '|p|' .. record.pool
+  local fields = {record_field, string.format('%d', tonumber(record_read[1] or '0') + added)}
+  if not record_read[1] then  -- the slot starts here
+    local last = tonumber(record_read[2] or '')
+    if last ~= nil then
+      local span = math.ceil(record.keep / record.slot)
+      local old = {}
+      for s = math.max(last - span + 1, 0), math.min(last, record_slot - span) do
+        old[#old + 1] = 'r|' .. s
+      end
+      if #old > 0 then
+        redis.call('HDEL', KEYS[1], unpack(old))
+      end
+    end
+    fields[3], fields[4] = '#r', tostring(math.max(last or 0, record_slot))
+  end
+  return fields
+end
+local function recorded_apart()
+  local added = record.blocks * PACKED + 1
+  local field = record_slot .. '|p|' .. record.pool
   if redis.call('HINCRBY', record.key, field, string.format('%d', added)) == added then
     redis.call('PEXPIRE', record.key, record.keep)
   end
-  return math.floor(now)
 end
+
+local recorded_ms = wants_record() and math.floor(now) or 0
 
 if refused > 0 then
   keep_fair(false)
-  return {0, refused, longest_wait, tostring(levels[1]), recorded(), over_share}
+  if recorded_ms > 0 and record_merged then  -- the level is not stored: the record alone
+    redis.call('HSET', KEYS[1], unpack(record_fields()))
+    if redis.call('PTTL', KEYS[1]) < record.keep then
+      redis.call('PEXPIRE', KEYS[1], record.keep)
+    end
+  elseif recorded_ms > 0 then
+    recorded_apart()
+  end
+  return {0, refused, longest_wait, tostring(levels[1]), recorded_ms, over_share}
 end
 
 local fair_kept, fair_keep = keep_fair(true)
+local first_more, first_keep = fair_kept, fair_keep
+if record_merged then
+  for _, value in ipairs(record_fields()) do
+    first_more[#first_more + 1] = value
+  end
+  first_keep = math.max(first_keep or 0, record.keep)
+elseif recorded_ms > 0 then
+  recorded_apart()
+end
 for i = 1, n do
   local rate = tonumber(ARGV[2 * i])
   local burst = tonumber(ARGV[2 * i + 1])
-  if i == 1 and merged then
-    store(KEYS[i], levels[i] - cost, rate, burst, fair_kept, fair_keep)
+  if i == 1 then
+    store(KEYS[i], levels[i] - cost, rate, burst, first_more, first_keep)
   else
     store(KEYS[i], levels[i] - cost, rate, burst)
   end
 end
-return {1, 0, 0, tostring(levels[1] - cost), recorded(), 0}
+return {1, 0, 0, tostring(levels[1] - cost), recorded_ms, 0}

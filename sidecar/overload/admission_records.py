@@ -1,15 +1,18 @@
 """The recent admissions every sidecar recorded with its budget calls, read back from
-Redis: one call per tier (each tier's record sits in its buckets' slot)."""
+Redis: one call per tier (each tier's records sit in its buckets' slot)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from importlib import resources
 
 import redis.asyncio as redis
 
+from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import Tier
+from sidecar.limiter.buckets import tier_bucket_key
 from sidecar.overload.admitted import SLOT_MS, Recent, RecentAdmissions, admitted_key
 
 PACKED = 2**20  # a slot's field: blocks * PACKED + requests
@@ -17,15 +20,31 @@ _READ = resources.files("sidecar.overload").joinpath("read_admitted.lua").read_t
 
 
 class AdmissionRecords:
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(
+        self, client: redis.Redis, pools: Callable[[], Iterable[str]] = lambda: (DEFAULT_POOL,)
+    ) -> None:
         self._read = client.register_script(_READ)
+        self._pools = pools  # the names of the pools in force
 
     async def recent(self, newer_than: float, keep: float) -> RecentAdmissions:
-        """Per pool, the slots that ended less than `newer_than` seconds ago; slots that
-        ended more than `keep` seconds ago are deleted (no fresh report is that old)."""
-        args = [SLOT_MS, round(newer_than * 1000), round(keep * 1000)]
+        """Per pool, the slots that ended less than `newer_than` seconds ago. The records
+        sit in each tier's bucket in each pool, or (for an admission whose first bucket
+        is not that, and from sidecars before the buckets held them) in a tier's record
+        of its own, whose slots that ended more than `keep` seconds ago are deleted (no
+        fresh report is that old)."""
+        pools = list(self._pools())
+        args = [SLOT_MS, round(newer_than * 1000), round(keep * 1000), *pools]
         replies = await asyncio.gather(
-            *(self._read(keys=[admitted_key(tier.value)], args=args) for tier in Tier)
+            *(
+                self._read(
+                    keys=[
+                        admitted_key(tier.value),
+                        *(tier_bucket_key(tier.value, pool) for pool in pools),
+                    ],
+                    args=args,
+                )
+                for tier in Tier
+            )
         )
         # (pool, slot) → [blocks, requests], summed over the tiers, with Redis's clock.
         slots: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])

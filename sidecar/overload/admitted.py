@@ -8,8 +8,9 @@ size) and one request in flight. It counts until a report newer than it arrives 
 the pod it went to (as the load balancer spreads requests, a pod's share of it).
 
 Cluster-wide, the token-bucket script that charges the admission also records it, in
-the tier's own hash (same slot, same call: no extra round trip), per pool and per
-`SLOT_MS` of Redis time; every sidecar reads those records with the pods' reports.
+the hash of the tier's bucket in its pool (read and written with the level: no extra
+round trip, no extra command), per `SLOT_MS` of Redis time; every sidecar reads those
+records with the pods' reports.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ DEFAULT_BLOCK_SIZE = 16
 
 
 def admitted_key(tier: str) -> str:
-    """The tier's record of recent admissions: in its buckets' slot (hash tag)."""
+    """The tier's record of recent admissions apart from its buckets (in their slot, by
+    hash tag): for an admission whose first bucket is not its tier's in its pool, and
+    as sidecars before the buckets held the records wrote them."""
     return f"qos:{{bucket-{tier}}}:admitted"
 
 

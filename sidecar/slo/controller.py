@@ -23,7 +23,7 @@ from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.slo.control import Adjustment, Compliance, adjust
 from sidecar.slo.lease import Lease
-from sidecar.slo.samples import SampleStore, compliance
+from sidecar.slo.samples import SampleStore
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +66,7 @@ class SloController:
         Returns the default pool's move (the last pool's when it has none)."""
         snapshot = self._snapshot()
         config = snapshot.config
-        windows = await self._samples.read(config.slo.window, snapshot.pools.names)
-        self.pool_compliance = {
-            pool: {
-                tier: compliance(
-                    samples[tier], config.slo.max_sample_age_seconds, config.slo.min_samples
-                )
-                for tier in Tier
-            }
-            for pool, samples in windows.items()
-        }
+        self.pool_compliance = await self._samples.compliance(config.slo, snapshot.pools.names)
         was_leading = self.leading
         # The key lives one tick less than the lease: renewed every tick, it never runs
         # out while its holder lives, and a follower's next tick after it runs out falls

@@ -21,7 +21,7 @@ import redis.asyncio as redis
 from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.schema import QosConfig, SloConfig, Tier
 from sidecar.slo.control import Compliance
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,16 @@ def met_target(
 
 
 def compliance(samples: list[Sample], max_age: float, min_samples: int) -> Compliance:
+    """The share of the fresh samples that met their target (read_samples.lua counts
+    a window in Redis the same way)."""
     fresh = [s for s in samples if s.age_seconds <= max_age]
-    if len(fresh) < min_samples:
-        return Compliance(None, len(fresh))
-    return Compliance(sum(s.met for s in fresh) / len(fresh), len(fresh))
+    return counted(len(fresh), sum(s.met for s in fresh), min_samples)
+
+
+def counted(fresh: int, met: int, min_samples: int) -> Compliance:
+    if fresh < min_samples:
+        return Compliance(None, fresh)
+    return Compliance(met / fresh, fresh)
 
 
 class SampleStore:
@@ -76,22 +82,17 @@ class SampleStore:
             args += [f"{int(met)} {value:.1f} {kind}" for met, value, kind in samples]
         await self._push(keys=keys, args=args)
 
-    async def read(
-        self, window: int, pools: Iterable[str] = (DEFAULT_POOL,)
-    ) -> dict[str, dict[Tier, list[Sample]]]:
-        """Each pool's tiers' windows, read in one call."""
+    async def compliance(
+        self, slo: SloConfig, pools: Iterable[str] = (DEFAULT_POOL,)
+    ) -> dict[str, dict[Tier, Compliance]]:
+        """Each pool's tiers' compliance over their windows, counted in Redis (one call)."""
         wanted = [(pool, tier) for pool in pools for tier in Tier]
         keys = [samples_key(tier, pool) for pool, tier in wanted]
-        now_ms, *lists = await self._read(keys=keys, args=[window])
-        result: dict[str, dict[Tier, list[Sample]]] = {}
-        for (pool, tier), entries in zip(wanted, lists, strict=True):
-            parsed = []
-            for entry in entries:
-                stamp, met, value, kind = entry.split()
-                parsed.append(
-                    Sample((now_ms - int(stamp)) / 1000, met == b"1", float(value), kind.decode())
-                )
-            result.setdefault(pool, {})[tier] = parsed
+        args = [slo.window, slo.max_sample_age_seconds * 1000]
+        _now_ms, *counts = await self._read(keys=keys, args=args)
+        result: dict[str, dict[Tier, Compliance]] = {}
+        for (pool, tier), (fresh, met) in zip(wanted, counts, strict=True):
+            result.setdefault(pool, {})[tier] = counted(int(fresh), int(met), slo.min_samples)
         return result
 
 

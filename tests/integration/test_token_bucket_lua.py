@@ -136,9 +136,35 @@ async def test_admissions_are_recorded_with_their_budget_call_and_read_back(ared
     assert sum(r.requests for r in recent["default"]) == 3
     assert sum(r.blocks for r in recent["pool-b"]) == 9
     assert all(0 <= r.age_seconds < 5 for r in recent["default"])
-    # Once their slot has ended, a reader keeping nothing older deletes them.
-    keys = [admitted_key(tier) for tier in ("p1", "p2")]
-    while any([await aredis.hlen(key) for key in keys]):
+    # Recorded apart (in another pool than the first bucket's, or by sidecars before the
+    # buckets held the records): once its slots have ended, a reader keeping nothing
+    # older deletes them. The tier's bucket keeps its own (its writers drop them).
+    apart = admitted_key("p1")
+    assert await aredis.hlen(apart) >= 2  # pool-b's, and the one in the p2 bucket's call
+    while await aredis.hlen(apart):
         await asyncio.sleep(SLOT_MS / 1000)  # polling: the slot ends on Redis's clock
         await records.recent(newer_than=0.0, keep=0.0)
-    assert (await records.recent(newer_than=5.0, keep=10.0)).by_pool == {}
+    left = (await records.recent(newer_than=5.0, keep=10.0)).by_pool
+    assert set(left) == {"default"} and sum(r.requests for r in left["default"]) == 2
+
+
+async def test_the_bucket_drops_its_recorded_slots_once_they_are_older_than_kept(aredis):
+    key = TIER.key
+
+    async def record() -> int:
+        args = [1, TIER.rate, TIER.burst, "record", 2, "default", SLOT_MS, SLOT_MS, 0]
+        reply = await aredis.eval(SCRIPT, 2, key, key, *args)
+        return int(reply[4]) // SLOT_MS  # the slot, on Redis's clock
+
+    first = await record()
+    assert await record() in (first, first + 1)
+    packed = int(await aredis.hget(key, f"r|{first}"))
+    assert packed % 2**20 >= 1 and packed // 2**20 == 2 * (packed % 2**20)
+    ahead_ms = (first + 2) * SLOT_MS - await server_ms(aredis)
+    await asyncio.sleep(max(ahead_ms, 0) / 1000)  # time itself: slots pass on Redis's clock
+    later = await record()
+    assert later >= first + 2
+    slots = sorted(f.decode() for f in await aredis.hkeys(key) if f.startswith(b"r|"))
+    assert slots == [f"r|{later}"]  # kept one slot: the older ones went
+    assert int(await aredis.hget(key, "#r")) == later
+    assert await aredis.pttl(key) >= SLOT_MS  # the hash lives as long as its records

@@ -201,7 +201,12 @@ async def test_a_held_request_is_answered_twice_wait_then_decision():
         Recording(Hold(resume, max_wait=4.0)), on_decision=lambda d, s: seen.append(d)
     )
     await exchange.handle(request_headers())
-    answers = [a async for a in exchange.answers(request_body(BODY))]
+    answers = []
+
+    async def send(answer):
+        answers.append(answer)
+
+    await exchange.answer(request_body(BODY), send)
     assert [a.WhichOneof("response") for a in answers] == [None, "request_body"]
     assert answers[0].override_message_timeout.ToTimedelta().total_seconds() == 5.0
     assert [d.slot for d in seen] == ["s-1"]
