@@ -48,7 +48,7 @@ from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.stack import envoy_config, readiness
 from sidecar.stack.admin_client import scrape
 from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, cpu_seconds
+from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
 from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
 
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
@@ -194,7 +194,10 @@ class Gateway:
 
     def cached_refusals(self) -> float:
         """Budget refusals its sidecar answered without Redis, so far."""
-        return scrape(f"{self.admin_url}/metrics")["qos_budget_refusals_cached_total{}"]
+        samples = scrape(f"{self.admin_url}/metrics")
+        # Summed over its worker processes' (label process) with serve --processes.
+        name = "qos_budget_refusals_cached_total{"
+        return sum(value for key, value in samples.items() if key.startswith(name))
 
 
 # --- load -----------------------------------------------------------------------------
@@ -293,7 +296,8 @@ def max_throughput(
     gateway: Gateway, script: Path, seconds: float, connections: int, pids: dict[str, int]
 ) -> tuple[float, int, dict[str, float]]:
     """Requests a second wrk got through, how many, and CPU seconds each process spent."""
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    # A processor's workers (serve --processes) count as its own.
+    before = {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
     result = subprocess.run(
         [
             "wrk",
@@ -308,7 +312,7 @@ def max_throughput(
         text=True,
         check=True,
     )
-    spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    spent = {name: tree_cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     completed = int(re.search(r"(\d+) requests in", result.stdout).group(1))
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", result.stdout).group(1))
     if "Non-2xx" in result.stdout:

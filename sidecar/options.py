@@ -65,3 +65,21 @@ def _parse_env(env: str, kind: type, raw: str) -> Any:
 
 def parse_bool(raw: str) -> bool:
     return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def as_environment(settings: Any) -> tuple[dict[str, str], list[str]]:
+    """`settings` again for another process: environment variables for the fields that
+    have one (secrets stay off its command line), flags for the others."""
+    environment: dict[str, str] = {}
+    flags: list[str] = []
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        env = field.metadata.get("env")
+        if env:
+            environment[env] = text
+        elif isinstance(value, bool):
+            flags.append(_flag(field.name) if value else "--no-" + _flag(field.name)[2:])
+        else:
+            flags += [_flag(field.name), text]
+    return environment, flags

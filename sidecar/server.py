@@ -54,6 +54,9 @@ from sidecar.slo.controller import SloController
 from sidecar.slo.lease import Lease
 from sidecar.slo.metrics import SloCollector
 from sidecar.slo.samples import LATENCY, TTFT, SampleRecorder, SampleStore
+from sidecar.workers import supervisor
+from sidecar.workers.siblings import Siblings
+from sidecar.workers.worker import Worker
 
 Settings = SidecarSettings
 
@@ -67,8 +70,6 @@ UNLOGGED_GRACE_SECONDS = 1.0
 REDIS_TIMEOUT_SECONDS = 0.25
 
 _GRPC_OPTIONS = [
-    # Refuse to start on a port another process holds, instead of sharing it silently.
-    ("grpc.so_reuseport", 0),
     # Envoy keeps one HTTP/2 connection with many streams; let it ping idle connections.
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -79,12 +80,21 @@ _GRPC_OPTIONS = [
 ]
 
 
+def _grpc_options(worker: bool) -> list[tuple[str, int]]:
+    # The workers of `serve --processes N` share one port (the kernel spreads connections
+    # over them; envoy.yaml has Envoy open one a few streams). A sidecar on its own
+    # refuses to start on a port another process holds, instead of sharing it silently.
+    return [("grpc.so_reuseport", 1 if worker else 0), *_GRPC_OPTIONS]
+
+
 class SidecarServer:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         self.metrics = SidecarMetrics()
         self.decider: Any = None  # built at start; settles what admitted requests reserved
-        self._grpc = grpc.aio.server(options=_GRPC_OPTIONS)
+        # One of `serve --processes N`'s workers, or None: a sidecar on its own.
+        self.worker = Worker.from_env()
+        self._grpc = grpc.aio.server(options=_grpc_options(self.worker is not None))
         self._health = health.aio.HealthServicer()
         self._admin: web.AppRunner | None = None
         self._ready = False
@@ -99,7 +109,7 @@ class SidecarServer:
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         reports = ReportStore(self.redis)
-        sidecar_id = secrets.token_hex(4)
+        sidecar_id = self.worker.owner if self.worker else secrets.token_hex(4)
         self.queue = AdmissionQueue(
             lambda: self.watcher.current.config,
             SlotTable(owner=sidecar_id),
@@ -116,9 +126,15 @@ class SidecarServer:
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
         self._access_log = AccessLogReceiver(self._exchange_ended)
+        # A worker's access-log stream carries its siblings' exchanges too.
+        self._siblings = Siblings(self.worker, self._exchange_ended) if self.worker else None
         # The decisions' budget calls share one connection of their own (a single server).
-        self._budget_redis = redis_connect.budget_client(
-            settings.redis_url, settings.redis_cluster, REDIS_TIMEOUT_SECONDS
+        self._budget_redis = (
+            redis_connect.budget_client(
+                settings.redis_url, settings.redis_cluster, REDIS_TIMEOUT_SECONDS
+            )
+            if settings.shared_budget_connection
+            else None
         )
         self.limiter = ResilientLimiter(
             RedisTokenBuckets(self.redis, self._budget_redis),
@@ -163,6 +179,8 @@ class SidecarServer:
     def _exchange_ended(self, end: ExchangeEnd) -> None:
         slot = self.queue.release(end.slot)
         if slot is None:
+            if self._siblings is not None:
+                self._siblings.forward(end)  # another worker's exchange
             return
         if slot.reservation is not None:
             self._settle(slot, slot.reservation, end)
@@ -234,6 +252,8 @@ class SidecarServer:
         await self.fairness.start()
         await self.scraper.start()
         await self.history.start()
+        if self._siblings is not None:
+            await self._siblings.start()
         decider = self.decider = build_decider(
             self.settings,
             self.redis,
@@ -286,6 +306,8 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        if self._siblings is not None:
+            await self._siblings.stop()
         await self.controller.stop()
         await self.fairness.stop()
         await self.scraper.stop()
@@ -348,5 +370,10 @@ async def serve(settings: SidecarSettings) -> None:
 
 def main(settings: SidecarSettings) -> int:
     logs.configure(settings.log_level, "sidecar")
+    if settings.processes < 1:
+        raise SystemExit("--processes: at least 1")
+    if settings.processes > 1:
+        supervisor.run(settings)  # each worker runs this again, with --processes 1
+        return 0
     event_loop.run(serve(settings), settings.event_loop)
     return 0

@@ -38,6 +38,12 @@ class SidecarSettings:
         "QOS_OVER_LIMIT_CACHE",
         "refuse locally, without Redis, what a bucket that just refused must refuse again",
     )
+    shared_budget_connection: bool = setting(
+        True,
+        "QOS_SHARED_BUDGET_CONNECTION",
+        "the decisions' budget calls share one Redis connection of their own (a single "
+        "server); off: each takes one from redis-py's pool",
+    )
     admin_token: str = setting(
         "",
         "QOS_ADMIN_TOKEN",
@@ -69,6 +75,12 @@ class SidecarSettings:
         "",
         "QOS_SCRAPE_DNS_SERVER",
         "scrape mode: HOST:PORT of the DNS server for dns: targets (default: the system's)",
+    )
+    processes: int = setting(
+        1,
+        "QOS_PROCESSES",
+        "worker processes sharing the gRPC port (SO_REUSEPORT), for more cores; the admin "
+        "port merges their metrics (label process)",
     )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
     event_loop: str = setting(

@@ -48,7 +48,7 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
         auth.check(request, token)
         body = await _json(request)
         changed, what = change(body, server.watcher.current.mode)
-        name, remote = clean_name(body.get("by")), request.remote or "unknown address"
+        name, remote = clean_name(body.get("by")), _client_address(request, server)
         by = f"{name} from {remote}" if name else remote
         await server.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
         await server.watcher.refresh()
@@ -206,3 +206,12 @@ def _state(server: SidecarServer) -> dict[str, Any]:
         "adjustments": adjustments,
         "switches": switches,
     }
+
+
+def _client_address(request: web.Request, server: SidecarServer) -> str:
+    """Who asked: a worker of `serve --processes` is asked by its supervisor, on loopback,
+    which names the client in X-Forwarded-For."""
+    forwarded = request.headers.get("X-Forwarded-For")
+    if server.worker is not None and forwarded and request.remote in ("127.0.0.1", "::1"):
+        return forwarded.rsplit(",", 1)[-1].strip()
+    return request.remote or "unknown address"

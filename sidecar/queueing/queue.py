@@ -50,7 +50,8 @@ class AdmissionQueue:
         self._peers = peers
         self._clock = clock
         self._tick = tick_seconds
-        self.slots = slots or SlotTable(clock)
+        # An empty table is falsy (it has a length): test for None, or its owner is lost.
+        self.slots = slots if slots is not None else SlotTable(clock)
         self.schedulers: dict[str, Scheduler] = {}
         self._pools: dict[str, Pool] = {}  # the latest settings of each pool seen
         self._resolved: tuple[QosConfig, Pools] | None = None

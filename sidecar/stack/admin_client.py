@@ -29,7 +29,10 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def sidecar_config_version(sidecar_admin_url: str) -> float:
-    return scrape(f"{sidecar_admin_url}/metrics").get("qos_config_version{}", -1.0)
+    """The configuration version the sidecar runs (the oldest of its worker processes')."""
+    samples = scrape(f"{sidecar_admin_url}/metrics")
+    versions = [v for k, v in samples.items() if k.startswith("qos_config_version{")]
+    return min(versions, default=-1.0)
 
 
 class StackConfig:

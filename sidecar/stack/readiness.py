@@ -47,13 +47,16 @@ def redis_ping(url: str) -> bool:
 
 
 def pods_reporting(sidecar_admin_url: str) -> int:
-    """How many pods the sidecar has fresh load reports from (its qos_pods_reporting)."""
+    """How many pods the sidecar has fresh load reports from (its qos_pods_reporting; the
+    fewest any of its worker processes has, for serve --processes)."""
     try:
         with urllib.request.urlopen(f"{sidecar_admin_url}/metrics", timeout=1) as response:
             text = response.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0
-    for line in text.splitlines():
-        if line.startswith("qos_pods_reporting "):
-            return int(float(line.split()[1]))
-    return 0
+    counts = [
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith(("qos_pods_reporting ", "qos_pods_reporting{"))
+    ]
+    return min(counts, default=0)
