@@ -701,6 +701,8 @@ def _floor_of(name: str, throughput: dict) -> str:
 
 
 def _ms(seconds: list[float], q: float) -> float:
+    if len(seconds) < 2:  # a short run that shed (or admitted) next to nothing
+        return float("nan")
     return percentile(seconds, q) * 1000
 
 

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import hashlib
 import ssl
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,8 +47,8 @@ class _Replies(asyncio.Protocol):
         return self._transport is not None and self.lost is None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Any loop's transport (uvloop's are not asyncio.Transport subclasses).
+        self._transport = typing.cast(asyncio.Transport, transport)
 
     def send(self, args: Sequence[Arg]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
