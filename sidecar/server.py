@@ -119,7 +119,7 @@ class SidecarServer:
             reports,
             self._snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
-            records=AdmissionRecords(self._records_redis, self._pool_names),
+            records=AdmissionRecords(self._records_redis, lambda: self._snapshot().pools.names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
@@ -239,9 +239,6 @@ class SidecarServer:
 
     def _snapshot(self) -> Snapshot:
         return self.watcher.current  # the configuration in force, always the latest
-
-    def _pool_names(self) -> list[str]:
-        return [pool.name for pool in self.watcher.current.pools]
 
     async def start(self) -> None:
         await self.watcher.start()

@@ -225,12 +225,12 @@ end
 -- "<slot>|p|<pool>", one HINCRBY; its expiry is pushed out when a slot starts, and its
 -- readers drop the old slots (read_admitted.lua).
 local PACKED = 1048576  -- 2^20: requests in one slot stay below it
+local added = record and record.blocks * PACKED + 1  -- this admission, packed
 local function wants_record()
   return record ~= nil and (refused == 0 or record.even_refused)
 end
 -- The merged record's fields to store with the bucket (the old slots dropped first).
 local function record_fields()
-  local added = record.blocks * PACKED + 1
   local fields = {record_field, string.format('%d', tonumber(record_read[1] or '0') + added)}
   if not record_read[1] then  -- the slot starts here
     local last = tonumber(record_read[2] or '')
@@ -249,7 +249,6 @@ local function record_fields()
   return fields
 end
 local function recorded_apart()
-  local added = record.blocks * PACKED + 1
   local field = record_slot .. '|p|' .. record.pool
   if redis.call('HINCRBY', record.key, field, string.format('%d', added)) == added then
     redis.call('PEXPIRE', record.key, record.keep)

@@ -1,16 +1,16 @@
--- The tiers' compliance counts over their sample windows, with Redis's clock, in one
--- call: counted here rather than each sample sent to every sidecar every tick (a busy
+-- The tiers' compliance counts over their sample windows, fresh by Redis's clock, in
+-- one call: counted here rather than each sample sent to every sidecar every tick (a busy
 -- window is thousands of entries a tick to parse). It counts as samples.compliance does.
 -- (A script rather than a pipeline with TIME: Redis Cluster clients refuse TIME in a
 -- pipeline.)
 -- KEYS[i] the list of tier i's samples, newest first, each "stamp_ms met value_ms kind"
 -- ARGV[1] how many samples of each to look at; ARGV[2] the oldest a fresh one is (ms)
--- Returns {now (ms), {fresh, met} per key}.
+-- Returns {fresh, met} per key.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, max_age = tonumber(ARGV[1]), tonumber(ARGV[2])
 local MET = string.byte('1')
-local reply = {now}
+local reply = {}
 for i = 1, #KEYS do
   local fresh, met = 0, 0
   for _, entry in ipairs(redis.call('LRANGE', KEYS[i], 0, window - 1)) do
@@ -23,6 +23,6 @@ for i = 1, #KEYS do
       end
     end
   end
-  reply[i + 1] = {fresh, met}
+  reply[i] = {fresh, met}
 end
 return reply

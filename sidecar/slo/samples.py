@@ -89,7 +89,7 @@ class SampleStore:
         wanted = [(pool, tier) for pool in pools for tier in Tier]
         keys = [samples_key(tier, pool) for pool, tier in wanted]
         args = [slo.window, slo.max_sample_age_seconds * 1000]
-        _now_ms, *counts = await self._read(keys=keys, args=args)
+        counts = await self._read(keys=keys, args=args)
         result: dict[str, dict[Tier, Compliance]] = {}
         for (pool, tier), (fresh, met) in zip(wanted, counts, strict=True):
             result.setdefault(pool, {})[tier] = counted(int(fresh), int(met), slo.min_samples)

@@ -16,6 +16,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The processes a process started that still run (Linux /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """cpu_seconds of a process and of every process below it (serve --processes)."""
     total, pending = 0.0, [pid]
@@ -23,8 +31,7 @@ def tree_cpu_seconds(pid: int) -> float:
         current = pending.pop()
         try:
             total += cpu_seconds(current)
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending += [int(child) for child in (task / "children").read_text().split()]
+            pending += children(current)
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited meanwhile
     return total

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from pathlib import Path
 
 import aiohttp
 import pytest
 import yaml
 
 from sidecar.stack import envoy_config, readiness
+from sidecar.stack.processes import children
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -47,13 +47,6 @@ def by_process(samples: dict[str, float], prefix: str) -> dict[str, float]:
             process = name.split('process="', 1)[1].split('"', 1)[0]
             totals[process] = totals.get(process, 0.0) + value
     return totals
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
 
 
 async def streamed(session, stack) -> int:
