@@ -7,6 +7,9 @@ with a canned chat completion, so the figures are the gateway's and not a GPU st
   alone     envoy.yaml without the ext_proc filter and the access-log stream
   noop      envoy.yaml with its ext_proc cluster pointed at sidecar/benchmarks/noop.py,
             which lets every message through: the floor of this architecture
+  bound     envoy.yaml in front of sidecar/benchmarks/lower_bound.py, which does only
+            what no admission policy can skip (headers, JSON, key hash, one budget
+            EVALSHA, two tags, one metric): the least a policy in Python costs here
   qos       envoy.yaml in front of qos-sidecar with its full policy (Redis, identity,
             budgets, overload, queue, SLO samples; the local stack's own processes)
 
@@ -358,27 +361,40 @@ def configure(stack: Stack, batch_rate_rps: float) -> None:
 def _start_noop(
     stack: Stack, work: Path, python: str, name: str, loop: str = "asyncio"
 ) -> tuple[int, ManagedProcess]:
-    port = free_port()
     # The default loop unnamed: a tree from before --event-loop runs too (its own floor).
     loop_flags = ["--event-loop", loop] if loop != "asyncio" else []
-    noop = ManagedProcess(
+    return _start_processor(stack, work, python, name, "sidecar.benchmarks.noop", loop_flags)
+
+
+def _start_processor(
+    stack: Stack, work: Path, python: str, name: str, module: str, flags: list[str]
+) -> tuple[int, ManagedProcess]:
+    port = free_port()
+    processor = ManagedProcess(
         name,
-        [python, *(["-P"] if python != sys.executable else []), "-m", "sidecar.benchmarks.noop",
-         "--port", str(port), *loop_flags],
+        [python, *(["-P"] if python != sys.executable else []), "-m", module,
+         "--port", str(port), *flags],
         work / f"{name}.log",
     )  # fmt: skip
-    stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}")))
-    return port, noop
+    stack.processes.append(
+        processor.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}"))
+    )
+    return port, processor
 
 
 def start_gateways(
     stack: Stack, work: Path, upstream_port: int, variants: dict[str, list[str]]
 ) -> list[Gateway]:
-    """alone, noop, qos, then one more qos-sidecar (and Envoy) per variant."""
+    """alone, noop, bound, qos, then one more qos-sidecar (and Envoy) per variant."""
     noop_port, noop = _start_noop(stack, work, sys.executable, "noop-processor")
+    bound_port, bound = _start_processor(
+        stack, work, sys.executable, "bound-processor", "sidecar.benchmarks.lower_bound",
+        ["--redis-url", stack.redis_url],
+    )  # fmt: skip
     processors = [
         ("alone", [], None, ""),
         ("noop", [noop_port], noop, ""),
+        ("bound", [bound_port], bound, ""),
         ("qos", [stack.options.grpc_port], stack.process("sidecar"), stack.sidecar_admin_url),
     ]
     for name, given in variants.items():

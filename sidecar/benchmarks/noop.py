@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sidecar import event_loop
 
 # Each kind of message Envoy sends, answered with an empty response of the same kind.
-_CONTINUE = {
+CONTINUE = {
     "request_headers": ext_proc.ProcessingResponse(request_headers=ext_proc.HeadersResponse()),
     "request_body": ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse()),
     "request_trailers": ext_proc.ProcessingResponse(request_trailers=ext_proc.TrailersResponse()),
@@ -36,7 +36,7 @@ _CONTINUE = {
 class ContinueEverything(ext_proc_grpc.ExternalProcessorServicer):
     async def Process(self, request_iterator, context):
         async for message in request_iterator:
-            yield _CONTINUE[message.WhichOneof("request")]
+            yield CONTINUE[message.WhichOneof("request")]
 
 
 class DrainAccessLogs(als_pb2_grpc.AccessLogServiceServicer):
@@ -46,10 +46,15 @@ class DrainAccessLogs(als_pb2_grpc.AccessLogServiceServicer):
         return als_pb2.StreamAccessLogsResponse()
 
 
-async def serve(port: int) -> None:
+async def serve_processor(
+    port: int,
+    processor: ext_proc_grpc.ExternalProcessorServicer,
+    logs: als_pb2_grpc.AccessLogServiceServicer,
+) -> None:
+    """Serve both services and gRPC health on `port` until SIGINT or SIGTERM."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    ext_proc_grpc.add_ExternalProcessorServicer_to_server(ContinueEverything(), server)
-    als_pb2_grpc.add_AccessLogServiceServicer_to_server(DrainAccessLogs(), server)
+    ext_proc_grpc.add_ExternalProcessorServicer_to_server(processor, server)
+    als_pb2_grpc.add_AccessLogServiceServicer_to_server(logs, server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -60,6 +65,10 @@ async def serve(port: int) -> None:
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await stop.wait()
     await server.stop(1)
+
+
+async def serve(port: int) -> None:
+    await serve_processor(port, ContinueEverything(), DrainAccessLogs())
 
 
 if __name__ == "__main__":

@@ -269,7 +269,9 @@ class LoadMonitor:
         self.state.pools = states
 
     def _projected(self, load: ClusterLoad, pool: str | None) -> ClusterLoad:
-        unreported = load.unreported_in(self._recent_in(pool))
+        # No pod reports: nothing to project onto (the admissions held here wait for one).
+        recent = self._recent_in(pool) if load.as_reported.pods else []
+        unreported = load.unreported_in(recent)
         if pool is not None:
             self._unreported[pool] = unreported
         return load.plus(*unreported)
