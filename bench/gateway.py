@@ -47,8 +47,9 @@ from typing import Any
 import profiling
 import redis
 
+from sidecar.benchmarks.processors import start_processor
 from sidecar.openai_api.prompt import estimate_prompt_tokens
-from sidecar.stack import envoy_config, readiness
+from sidecar.stack import envoy_config
 from sidecar.stack.admin_client import scrape
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
@@ -363,23 +364,15 @@ def _start_noop(
 ) -> tuple[int, ManagedProcess]:
     # The default loop unnamed: a tree from before --event-loop runs too (its own floor).
     loop_flags = ["--event-loop", loop] if loop != "asyncio" else []
-    return _start_processor(stack, work, python, name, "sidecar.benchmarks.noop", loop_flags)
+    return _start_processor(stack, work, name, "sidecar.benchmarks.noop", loop_flags, python)
 
 
 def _start_processor(
-    stack: Stack, work: Path, python: str, name: str, module: str, flags: list[str]
+    stack: Stack, work: Path, name: str, module: str, flags: list[str], python: str
 ) -> tuple[int, ManagedProcess]:
-    port = free_port()
-    processor = ManagedProcess(
-        name,
-        [python, *(["-P"] if python != sys.executable else []), "-m", module,
-         "--port", str(port), *flags],
-        work / f"{name}.log",
-    )  # fmt: skip
-    stack.processes.append(
-        processor.start_ready(lambda: readiness.grpc_serving(f"127.0.0.1:{port}"))
-    )
-    return port, processor
+    address, processor = start_processor(work, name, module, *flags, python=python)
+    stack.processes.append(processor)
+    return int(address.rsplit(":", 1)[1]), processor
 
 
 def start_gateways(
@@ -388,8 +381,8 @@ def start_gateways(
     """alone, noop, bound, qos, then one more qos-sidecar (and Envoy) per variant."""
     noop_port, noop = _start_noop(stack, work, sys.executable, "noop-processor")
     bound_port, bound = _start_processor(
-        stack, work, sys.executable, "bound-processor", "sidecar.benchmarks.lower_bound",
-        ["--redis-url", stack.redis_url],
+        stack, work, "bound-processor", "sidecar.benchmarks.lower_bound",
+        ["--redis-url", stack.redis_url], sys.executable,
     )  # fmt: skip
     processors = [
         ("alone", [], None, ""),

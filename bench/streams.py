@@ -33,10 +33,10 @@ import redis.asyncio as redis
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
+from sidecar.benchmarks.processors import start_processor
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import _headers
-from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
 from sidecar.stack.redis_servers import start_redis_server
@@ -109,23 +109,6 @@ async def configure(redis_url: str) -> None:
         await client.aclose()
 
 
-def start_module(
-    work: Path, started: list[ManagedProcess], name: str, python: str, module: str, *flags: str
-) -> str:
-    """A benchmark processor (`python -m module --port P`) ready on a free port."""
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    process = ManagedProcess(
-        name,
-        [python, *(["-P"] if python != sys.executable else []), "-m", module,
-         "--port", str(port), *flags],
-        work / f"{name}.log",
-    )  # fmt: skip
-    started.append(process)
-    process.start_ready(lambda: readiness.grpc_serving(address))
-    return address
-
-
 def start_processors(
     work: Path, redis_url: str, variants: dict[str, list[str]], started: list[ManagedProcess]
 ) -> list[tuple[str, str, ManagedProcess]]:
@@ -133,8 +116,9 @@ def start_processors(
     processors = []
 
     def module(name: str, python: str, path: str, *flags: str) -> None:
-        address = start_module(work, started, name, python, path, *flags)
-        processors.append((name, address, started[-1]))
+        address, process = start_processor(work, name, path, *flags, python=python)
+        started.append(process)
+        processors.append((name, address, process))
 
     module("noop", sys.executable, "sidecar.benchmarks.noop")
     module("bound", sys.executable, "sidecar.benchmarks.lower_bound", "--redis-url", redis_url)

@@ -1,0 +1,26 @@
+"""The benchmarks' stand-in processors (noop.py, lower_bound.py) started the same way."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
+
+
+def start_processor(
+    work_dir: Path, name: str, module: str, *flags: str, python: str = sys.executable
+) -> tuple[str, ManagedProcess]:
+    """`python -m module --port P *flags` on a free port, serving gRPC when it returns
+    (stopped again if it never does); `python`: another interpreter's install."""
+    address = f"127.0.0.1:{free_port()}"
+    process = ManagedProcess(
+        name,
+        [python, *(["-P"] if python != sys.executable else []), "-m", module,
+         "--port", address.rsplit(":", 1)[1], *flags],
+        work_dir / f"{name}.log",
+    )  # fmt: skip
+    process.start_ready(lambda: readiness.grpc_serving(address))
+    return address, process
