@@ -391,21 +391,19 @@ def start_gateways(
         ("qos", [stack.options.grpc_port], stack.process("sidecar"), stack.sidecar_admin_url),
     ]
     for name, given in variants.items():
-        flags, workers = _option(given, "--workers", "1")
-        flags, python = _option(flags, "--python", sys.executable)
+        flags, python = _option(given, "--python", sys.executable)
         _, loop = _option(flags, "--event-loop", "asyncio")  # a serve flag too
         if python != sys.executable or loop != "asyncio":  # its own do-nothing floor too
             port, process = _start_noop(stack, work, python, f"noop-processor-{name}", loop)
             processors.append((f"noop-{name}", [port], process, ""))
-        ports = []
-        for worker in range(int(workers)):
-            sidecar = start_sidecar(
-                work, stack.redis_url, "--log-level", "WARNING", *flags,
-                name=f"sidecar-{name}-{worker}", python=python,
-            )  # fmt: skip
-            stack.processes.append(sidecar.process)
-            ports.append(int(sidecar.grpc_address.rsplit(":", 1)[1]))
-        processors.append((name, ports, sidecar.process, sidecar.admin_url))
+        # `--processes N` is serve's own: its workers are the process's children, counted.
+        sidecar = start_sidecar(
+            work, stack.redis_url, "--log-level", "WARNING", *flags,
+            name=f"sidecar-{name}", python=python,
+        )  # fmt: skip
+        stack.processes.append(sidecar.process)
+        port = int(sidecar.grpc_address.rsplit(":", 1)[1])
+        processors.append((name, [port], sidecar.process, sidecar.admin_url))
     gateways = []
     for name, processor_ports, processor, admin_url in processors:
         port, admin_port = free_port(), free_port()
@@ -739,9 +737,9 @@ def main() -> None:
         default=[],
         metavar="NAME=FLAGS",
         help="one more qos-sidecar side by side, started with these serve flags, e.g. "
-        "'no-cache=--no-over-limit-cache' (repeat); the bench's own: --workers N (N "
-        "processes behind Envoy), --python PATH (another venv's interpreter: its gRPC "
-        "runtime); with it or --event-loop uvloop, a do-nothing server of its own beside it",
+        "'no-cache=--no-over-limit-cache' or 'p2=--processes 2' (repeat); the bench's "
+        "own: --python PATH (another venv's interpreter: its gRPC runtime); with it or "
+        "--event-loop uvloop, a do-nothing server of its own beside it",
     )
     args = parser.parse_args()
     args.variants = {}
