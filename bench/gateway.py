@@ -47,7 +47,7 @@ from typing import Any
 import profiling
 import redis
 
-from sidecar.benchmarks.processors import start_processor
+from sidecar.benchmarks.processors import split_option, start_processor
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.stack import envoy_config
 from sidecar.stack.admin_client import scrape
@@ -177,14 +177,6 @@ def gateway_config(
     endpoints = [{"endpoint": {"address": address}} for address in addresses]
     sidecar["load_assignment"]["endpoints"] = [{"lb_endpoints": endpoints}]
     return config
-
-
-def _option(flags: list[str], name: str, default: str) -> tuple[list[str], str]:
-    """A variant's serve flags without the bench's own option `name`, and its value."""
-    if name not in flags:
-        return flags, default
-    at = flags.index(name)
-    return flags[:at] + flags[at + 2 :], flags[at + 1]
 
 
 @dataclass
@@ -391,8 +383,8 @@ def start_gateways(
         ("qos", [stack.options.grpc_port], stack.process("sidecar"), stack.sidecar_admin_url),
     ]
     for name, given in variants.items():
-        flags, python = _option(given, "--python", sys.executable)
-        _, loop = _option(flags, "--event-loop", "asyncio")  # a serve flag too
+        flags, python = split_option(given, "--python", sys.executable)
+        _, loop = split_option(flags, "--event-loop", "asyncio")  # a serve flag too
         if python != sys.executable or loop != "asyncio":  # its own do-nothing floor too
             port, process = _start_noop(stack, work, python, f"noop-processor-{name}", loop)
             processors.append((f"noop-{name}", [port], process, ""))

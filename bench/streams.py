@@ -33,10 +33,10 @@ import redis.asyncio as redis
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
-from sidecar.benchmarks.processors import start_processor
+from sidecar.benchmarks.processors import split_option, start_processor
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
-from sidecar.extproc.client import _headers
+from sidecar.extproc.client import http_headers
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
 from sidecar.stack.redis_servers import start_redis_server
@@ -48,7 +48,7 @@ WARM_UP_STREAMS = 300
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
 HEADERS = ext_proc.ProcessingRequest(
-    request_headers=_headers(
+    request_headers=http_headers(
         {
             ":method": "POST",
             ":path": "/v1/chat/completions",
@@ -123,10 +123,8 @@ def start_processors(
     module("noop", sys.executable, "sidecar.benchmarks.noop")
     module("bound", sys.executable, "sidecar.benchmarks.lower_bound", "--redis-url", redis_url)
     for name, given in {"qos": [], **variants}.items():
-        flags, python = list(given), sys.executable
-        if "--python" in flags:  # another interpreter's install: its own floor beside it
-            at = flags.index("--python")
-            python, flags = flags[at + 1], flags[:at] + flags[at + 2 :]
+        flags, python = split_option(given, "--python", sys.executable)
+        if python != sys.executable:  # another interpreter's install: its floor beside it
             module(f"noop-{name}", python, "sidecar.benchmarks.noop")
         sidecar = start_sidecar(
             work, redis_url, "--log-level", "WARNING", *flags, name=name, python=python

@@ -118,8 +118,7 @@ class ReadSlots(als_pb2_grpc.AccessLogServiceServicer):
 
 async def serve(port: int, redis_url: str) -> None:
     budget = MultiplexedRedis(redis_url, BUDGET_TIMEOUT_SECONDS)
-    await budget.execute("SCRIPT", "LOAD", BUCKET)
-    try:
+    try:  # the script loads itself on its first NOSCRIPT
         await serve_processor(port, LeastPolicy(budget.script(BUCKET)), ReadSlots())
     finally:
         await budget.aclose()

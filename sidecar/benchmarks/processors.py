@@ -10,6 +10,14 @@ from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess
 
 
+def split_option(flags: list[str], name: str, default: str) -> tuple[list[str], str]:
+    """A variant's serve flags without the bench's own option `name`, and its value."""
+    if name not in flags:
+        return flags, default
+    at = flags.index(name)
+    return flags[:at] + flags[at + 2 :], flags[at + 1]
+
+
 def start_processor(
     work_dir: Path, name: str, module: str, *flags: str, python: str = sys.executable
 ) -> tuple[str, ManagedProcess]:

@@ -11,7 +11,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 
-def _headers(pairs: dict[str, str], end_of_stream: bool) -> ext_proc.HttpHeaders:
+def http_headers(pairs: dict[str, str], end_of_stream: bool) -> ext_proc.HttpHeaders:
+    """Headers as Envoy sends them (raw_value bytes)."""
     return ext_proc.HttpHeaders(
         headers=base_pb2.HeaderMap(
             headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
@@ -33,7 +34,9 @@ class ExtProcClient:
             pairs["authorization"] = f"Bearer {api_key}"
         stream = self._stub.Process()
         try:
-            await stream.write(ext_proc.ProcessingRequest(request_headers=_headers(pairs, False)))
+            await stream.write(
+                ext_proc.ProcessingRequest(request_headers=http_headers(pairs, False))
+            )
             await stream.read()
             await stream.write(
                 ext_proc.ProcessingRequest(
