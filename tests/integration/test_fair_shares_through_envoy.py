@@ -5,6 +5,7 @@ weights split it; two gateways on one Redis keep the same shares."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import subprocess
 import sys
 
@@ -69,6 +70,19 @@ def tokens_in_window(answers: list[Answer]) -> float:
     return tokens_served_between(answers, *WINDOW)
 
 
+async def fairness_indexes_while(stack: Stack, floods: asyncio.Task) -> list[float]:
+    """P1's fairness index, read every half second of the measured window of `floods`."""
+    key = 'qos_tier_fairness_index{pool="default",tier="p1"}'
+    started, readings = asyncio.get_running_loop().time(), []
+    while not floods.done():
+        if asyncio.get_running_loop().time() - started >= WINDOW[0]:
+            samples = await asyncio.to_thread(scrape, f"{stack.sidecar_admin_url}/metrics")
+            if key in samples:
+                readings.append(samples[key])
+        await asyncio.wait([floods], timeout=0.5)
+    return readings
+
+
 async def quiet():
     await asyncio.sleep(1.5)  # the tenants before go quiet (1 s) and the bucket refills
 
@@ -110,19 +124,22 @@ async def test_weights_split_a_tier_both_flood(fair_stack):
     try:
         await quiet()
         url = fair_stack.envoy_url
-        flooded = await offer([load("b", url, 5, FLOOD), load("c", url, 5, FLOOD)], WINDOW[1])
-        # Read at once, as the floods end: the sidecar reads the shares every second, and
-        # a read after the end finds what was served decaying while what was asked of it
-        # no longer shows, so its index sinks (0.92 once, when read after the reset below
-        # had waited for the sidecar to take its new configuration).
+        floods = asyncio.create_task(
+            offer([load("b", url, 5, FLOOD), load("c", url, 5, FLOOD)], WINDOW[1])
+        )
+        indexes = await fairness_indexes_while(fair_stack, floods)
+        flooded = await floods
         samples = scrape(f"{fair_stack.sidecar_admin_url}/metrics")
     finally:
         fair_stack.config.tenant("b", "p1", KEYS["b"])
     heavy, light = (tokens_in_window(of(flooded, t)) for t in "bc")
     assert 2.7 <= heavy / light <= 3.3, (heavy, light)
     # Visible: the tier's active tenants, the fairness index near 1, the top tenants.
+    # The index as the floods go, not one reading: each tenant's served rate decays from
+    # its last call to Redis, which the over-limit cache spaces out, so one reading at
+    # the wrong moment sank to 0.89 and 0.92 in two CI runs.
+    assert statistics.median(indexes) > 0.95, indexes
     assert samples['qos_tier_active_tenants{pool="default",tier="p1"}'] == 2
-    assert samples['qos_tier_fairness_index{pool="default",tier="p1"}'] > 0.95
     top = 'qos_tier_top_tenant_served_tokens_per_second{pool="default",tenant="%s",tier="p1"}'
     assert samples[top % "b"] > samples[top % "c"] > 0
 
