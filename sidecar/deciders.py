@@ -12,7 +12,7 @@ from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.limiter.buckets import Limiter
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
-from sidecar.openai_api.prompt import PromptCounter, TokenizerCounter, estimate_prompt_tokens
+from sidecar.openai_api.prompt import TextCounter, TokenizerCounter, estimate_text_tokens
 from sidecar.overload.monitor import LoadMonitor
 from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import AdmitAll, Decider
@@ -22,10 +22,10 @@ from sidecar.settings import SidecarSettings
 DECIDERS = ("admission", "admit-all")
 
 
-def prompt_counter(settings: SidecarSettings) -> PromptCounter:
+def text_counter(settings: SidecarSettings) -> TextCounter:
     if settings.tokenizer_file:
-        return TokenizerCounter(Path(settings.tokenizer_file))
-    return estimate_prompt_tokens
+        return TokenizerCounter(Path(settings.tokenizer_file)).count_text
+    return estimate_text_tokens
 
 
 def build_decider(
@@ -43,7 +43,7 @@ def build_decider(
             snapshot=lambda: watcher.current,
             identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
             limiter=limiter or RedisTokenBuckets(client),
-            count_prompt=prompt_counter(settings),
+            count_text=text_counter(settings),
             shedding=(lambda: monitor.state) if monitor else SheddingState,
             queue=queue,
             projection=monitor,

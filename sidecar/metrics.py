@@ -87,6 +87,19 @@ class SidecarMetrics:
             buckets=(-0.2, -0.1, -0.05, -0.02, -0.01, 0, 0.01, 0.02, 0.05, 0.1, 0.2),
             registry=self.registry,
         )
+        self.admitted_cost = Counter(
+            "qos_admitted_cost_tokens",
+            "Budget tokens admitted requests were charged at admission, by tier and route "
+            "kind (chat, responses, messages, input_only, ...).",
+            ["tier", "route"],
+            registry=self.registry,
+        )
+        self.decider_errors = Counter(
+            "qos_decider_errors",
+            "Requests admitted unjudged because deciding failed (the sidecar's own fault: "
+            "what a client sent is refused instead, never counted here).",
+            registry=self.registry,
+        )
         self.protocol_errors = Counter(
             "qos_extproc_protocol_errors",
             "ext_proc messages that did not fit the exchange's phase.",

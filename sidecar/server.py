@@ -202,7 +202,7 @@ class SidecarServer:
         came (the client left) keeps its reservation: the GPU may have done the work."""
         output, source = end.completion_tokens, "usage"
         guess = None
-        if slot.stream:
+        if slot.stream and reservation.sized:
             guess = streamed_output_tokens(
                 end.response_body_bytes, reservation.chat, reservation.model
             )

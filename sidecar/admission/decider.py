@@ -1,6 +1,6 @@
 """Admission: identity → tier, body checks and guards, overload, budget, slot → decision.
 
-identify ─▶ parse + validate ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call)
+route ─▶ identify ─▶ read the body ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call)
                                                               │ short: wait for it, or shed
                                                               ▼
                                          slot free? ─▶ admit │ else wait in the queue
@@ -9,12 +9,13 @@ identify ─▶ parse + validate ─▶ guards ─▶ overload shed? ─▶ budg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +23,8 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.bodies.parsed import ParsedRequest, ResponseShape, TextForm
+from sidecar.bodies.read import read
 from sidecar.completion.access_log import LOGGED_HEADERS
 from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.schema import Mode, Tenant, Tier, TierConfig
@@ -36,24 +39,18 @@ from sidecar.limiter.buckets import (
     tier_bucket_key,
 )
 from sidecar.limiter.resilient import LocalTokenBuckets
-from sidecar.openai_api.prompt import PromptCounter
-from sidecar.openai_api.request import (
-    CompletionRequest,
-    Endpoint,
-    InvalidRequest,
-    parse_completion_request,
-)
-from sidecar.openai_api.validate import validate
+from sidecar.openai_api.prompt import TextCounter
+from sidecar.openai_api.request import InvalidRequest
 from sidecar.overload.monitor import HeldAdmission
 from sidecar.overload.shedding import SheddingState, overload_refusal
-from sidecar.policy.cost import Charge, Reservation, charge
+from sidecar.policy.cost import Charge, Reservation, charge, prompt_tokens
 from sidecar.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
 from sidecar.policy.engine import EngineFields, client_control_headers, engine_fields
-from sidecar.policy.fallbacks import ResponseShape
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
 from sidecar.policy.responses import respond
 from sidecar.queueing.queue import AdmissionQueue, QueueFull
+from sidecar.routes.kinds import RouteKind
 
 log = logging.getLogger(__name__)
 # How soon a budget waiter looks again when another waiter of its bucket asks Redis.
@@ -80,8 +77,7 @@ class _Request:
     view: RequestView
     snapshot: Snapshot
     identity: Identity
-    completion: CompletionRequest
-    shape: ResponseShape
+    parsed: ParsedRequest
     body: dict[str, Any] | None  # the body to forward instead, when it changed
     pool: Pool  # the pool serving the request's model
     charge: Charge  # what it costs its budgets
@@ -97,7 +93,7 @@ class _Request:
 
     def refuse(self, reason: Reason, message: str = "") -> Respond:
         refusal = Refusal(reason, message or f"Tier {self.tier.value} is shed: {reason.value}.")
-        answer = respond(refusal, self.shape, self.tier_config, self.tier.value)
+        answer = respond(refusal, self.parsed.shape, self.tier_config, self.tier.value)
         return dataclasses.replace(answer, pool=self.pool.name)
 
 
@@ -107,7 +103,7 @@ class AdmissionDecider:
         snapshot: Callable[[], Snapshot],  # the configuration in force
         identity: IdentityResolver,
         limiter: Limiter,
-        count_prompt: PromptCounter,
+        count_text: TextCounter,
         shedding: Callable[[], SheddingState] = SheddingState,
         queue: AdmissionQueue | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -118,7 +114,7 @@ class AdmissionDecider:
         self._snapshot = snapshot
         self._identity = identity
         self._limiter = limiter
-        self._count_prompt = count_prompt
+        self._count_text = count_text
         self._shedding = shedding
         self._queue = queue
         self._clock = clock
@@ -162,24 +158,28 @@ class AdmissionDecider:
         identity: Identity | None = None
         pool: Pool | None = None
         try:
+            route = snapshot.routes.resolve(request.method, request.path, _upgrades(request))
+            shape = ResponseShape(route.kind.api)
             identity = await self._resolve(request, snapshot)
             tier_config = snapshot.config.tiers[identity.tier]
-            endpoint = Endpoint.for_path(request.path)
-            if endpoint is Endpoint.OTHER or request.method != "POST":
-                return _admit(request, identity)  # documented pass-through
-            completion = _parse(endpoint, request.body)
-            shape = ResponseShape(
-                endpoint, completion.stream, completion.include_usage, completion.model
-            )
-            pool = _pool(snapshot, completion.model)
+            if route.kind is RouteKind.PASS:
+                return _admit(request, identity)  # no GPU work: tagged, not charged
+            if route.kind is RouteKind.REFUSE:
+                raise Refusal(
+                    Reason.ROUTE_NOT_FOUND,
+                    f"This gateway serves no {request.method} {route.path}.",
+                )
+            with _client_input(request):
+                parsed = read(route, request.body or b"", request.headers)
+            shape = parsed.shape
+            pool = _pool(snapshot, parsed.model)
             tier_config = pool.tiers[identity.tier]
-            prompt_tokens = self._count_prompt(completion.body)
-            guarded = apply_guards(completion, tier_config, identity.tier.value, prompt_tokens)
-            cost = charge(tier_config, prompt_tokens, completion.max_tokens)
-            admission = _Request(
-                request, snapshot, identity, completion, shape, guarded, pool, cost
-            )
-            return await self._admit_completion(admission)
+            with _client_input(request):
+                tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
+                guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
+                cost = charge(tier_config, tokens, parsed.output)
+            admission = _Request(request, snapshot, identity, parsed, guarded, pool, cost)
+            return _charged(await self._admit_completion(admission), admission)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
@@ -305,7 +305,7 @@ class AdmissionDecider:
         if self._queue is None:
             engine = _engine(request)
             return _admit(request.view, request.identity, engine, reason, pool=request.pool)
-        stream = request.completion.stream
+        stream = request.parsed.stream
         slot = self._queue.try_take(
             request.tier, request.identity.tenant_label, stream, request.pool, request.reservation
         )
@@ -327,7 +327,7 @@ class AdmissionDecider:
                 request.tier,
                 request.identity.tenant_label,
                 max_wait,
-                request.completion.stream,
+                request.parsed.stream,
                 request.pool,
                 request.reservation,
             )
@@ -367,10 +367,27 @@ class AdmissionDecider:
         admit = _admit(
             request.view, request.identity, _engine(request), reason, slot, waited, request.pool
         )
-        if request.completion.stream and request.view.response_watched:
+        if request.parsed.stream and request.view.response_watched:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admit, time_first_byte=True)
         return admit
+
+
+def _charged(decision: Decision, request: _Request) -> Decision:
+    """The decision, its admission marked with the route and what it was charged."""
+    if isinstance(decision, Admit):
+        route, cost = request.parsed.kind.value, request.charge.reserved
+        return dataclasses.replace(decision, route=route, cost=cost)
+    if isinstance(decision, Hold):
+        resume = decision.resume
+
+        async def resumed() -> Final:
+            final = _charged(await resume(), request)
+            assert not isinstance(final, Hold)
+            return final
+
+        return dataclasses.replace(decision, resume=resumed)
+    return decision
 
 
 def _waiting_key(refused: BucketSpec) -> str:
@@ -426,17 +443,21 @@ def _fair_share(
 
 
 def _reserved(request: _Request, buckets: list[BucketSpec]) -> _Request:
-    """The request with what it took from `buckets`, when its end settles it (a tier whose
-    output costs nothing is charged its prompt only, as before: nothing to settle)."""
-    if request.charge.output_weight <= 0:
+    """The request with what it took from `buckets`, when its end settles it: when its
+    tier charges output, or when part of its prompt was a configured estimate (media, a
+    stored conversation) that the answer's usage corrects. Otherwise it was charged its
+    prompt only: nothing to settle."""
+    parsed = request.parsed
+    if request.charge.output_weight <= 0 and not parsed.prompt.estimated_from_outside:
         return request
     reservation = Reservation(
         request.charge,
         tuple(buckets),
-        request.completion.endpoint is Endpoint.CHAT,
-        request.completion.model or "",
+        parsed.shape.text is TextForm.CHAT,
+        parsed.model or "",
         request.pool.name,
         request.tier,
+        sized=parsed.shape.text in (TextForm.CHAT, TextForm.COMPLETION),
     )
     return dataclasses.replace(request, reservation=reservation)
 
@@ -459,16 +480,17 @@ def _engine(request: _Request) -> EngineFields:
     """The body and headers vLLM schedules by (the tier's priority, never the client's),
     and with pools configured the pool Envoy routes the request to."""
     changed = request.body is not None
+    parsed = request.parsed
     fields = engine_fields(
-        request.body if changed else request.completion.body,
+        (request.body if changed else parsed.body) if parsed.json_body else None,
         changed,
         request.snapshot.config.engine.send_priority,
         request.tier_config.vllm_priority,
+        parsed.body_priority,
     )
     if request.pool.name != DEFAULT_POOL:
         fields.headers[POOL_HEADER] = request.pool.name
-    completion = request.completion
-    if request.reservation is not None and completion.stream and completion.include_usage:
+    if request.reservation is not None and parsed.stream and parsed.usage_in_stream:
         # Envoy reads this stream's usage chunk as it passes (envoy.yaml's Lua filter).
         fields.headers[USAGE_HEADER] = "1"
     return fields
@@ -525,10 +547,26 @@ def _tagged(
     )
 
 
-def _parse(endpoint: Endpoint, body: bytes | None) -> CompletionRequest:
+def _upgrades(request: RequestView) -> bool:
+    """The request asks to switch protocols (a WebSocket, over HTTP/1.1 or HTTP/2)."""
+    headers: Mapping[str, str] = request.headers
+    return "upgrade" in headers or ":protocol" in headers or request.method == "CONNECT"
+
+
+@contextlib.contextmanager
+def _client_input(request: RequestView) -> Iterator[None]:
+    """What a client sent and the sidecar cannot read is refused, never admitted: its
+    reader's refusal, or any error reading it raised (counted, and logged as a bug)."""
     try:
-        completion = parse_completion_request(endpoint, body or b"")
-        validate(completion)
+        yield
     except InvalidRequest as error:
         raise Refusal(Reason.INVALID_REQUEST, error.message, param=error.param) from None
-    return completion
+    except (Refusal, asyncio.CancelledError):
+        raise
+    except Exception:
+        log.warning(
+            "reading a request failed; refused", exc_info=True, extra={"path": request.path}
+        )
+        raise Refusal(
+            Reason.INVALID_REQUEST, "The request body could not be read as this API's."
+        ) from None

@@ -60,6 +60,10 @@ async def _show(store: ConfigStore, _args: argparse.Namespace) -> None:
     print(yaml.safe_dump(_document(snapshot.config), sort_keys=False), end="")
 
 
+# Keys under these are the operator's own names (a route's path).
+OPEN_MAPS = (["routes"],)
+
+
 async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
     document = _document((await store.load()).config)
     path = args.key.split(".")
@@ -68,14 +72,20 @@ async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
         if not isinstance(node, dict) or part not in node:
             raise CommandError(f"{'.'.join(path[: depth + 1])}: unknown key")
         node = node[part]
-    if not isinstance(node, dict) or path[-1] not in node:
+    # A map keyed by the operator's names takes new keys; `null` removes one.
+    open_map = path[:-1] in OPEN_MAPS
+    if not isinstance(node, dict) or (path[-1] not in node and not open_map):
         raise CommandError(f"{args.key}: unknown key")
     try:
-        node[path[-1]] = yaml.safe_load(args.value)
+        value = yaml.safe_load(args.value)
     except yaml.YAMLError as error:
         raise CommandError(f"{args.key}: not a YAML value: {error}") from None
+    if open_map and value is None:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
     version = await store.save_config(_validated(document))
-    print(f"{args.key} = {json.dumps(node[path[-1]])} (version {version})")
+    print(f"{args.key} = {json.dumps(value)} (version {version})")
 
 
 async def _import(store: ConfigStore, args: argparse.Namespace) -> None:

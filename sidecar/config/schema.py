@@ -21,6 +21,7 @@ from pydantic import (
 
 __all__ = [
     "FallbackKind",
+    "MediaConfig",
     "Mode",
     "OperatorMode",
     "PoolConfig",
@@ -317,6 +318,23 @@ class FairnessConfig(_Strict):
     top_tenants: Annotated[int, Field(ge=0, le=100)] = 5
 
 
+class MediaConfig(_Strict):
+    """What the parts of a prompt that are not text are estimated to cost, in prompt
+    tokens, until the answer's usage says what they cost (and the difference is settled,
+    whatever the tier's output_weight)."""
+
+    # An image part; a part marked `detail: low` (OpenAI's fixed 85-token rendering).
+    image_tokens: Annotated[int, Field(ge=0)] = 1024
+    image_low_detail_tokens: Annotated[int, Field(ge=0)] = 85
+    audio_tokens: Annotated[int, Field(ge=0)] = 1500  # an audio part: 30 s of speech
+    video_tokens: Annotated[int, Field(ge=0)] = 8192
+    file_tokens: Annotated[int, Field(ge=0)] = 2048  # a file or document part
+    # An uploaded audio file (transcription, translation): its bytes over this.
+    audio_bytes_per_token: Positive = 320.0
+    # The stored conversation a Responses API request continues (previous_response_id).
+    stored_context_tokens: Annotated[int, Field(ge=0)] = 2048
+
+
 class QosConfig(_Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
@@ -329,6 +347,20 @@ class QosConfig(_Strict):
     fairness: FairnessConfig = FairnessConfig()
     # Model pools behind the one gateway; none: one pool, "default", serves every model.
     pools: dict[PoolName, PoolConfig] = {}
+    media: MediaConfig = MediaConfig()
+    # Routes beyond the built-in table (sidecar/routes/table.py), or instead of its
+    # entries: {path: kind}, a kind being chat, completions, responses, messages,
+    # input_only, generate, ... to charge the route's body as that API's, `pass` to send
+    # it on uncharged, `refuse` to answer 404, `websocket` to let it upgrade.
+    routes: dict[str, str] = {}
+
+    @field_validator("routes")
+    @classmethod
+    def _routes_build(cls, routes: dict[str, str]) -> dict[str, str]:
+        from sidecar.routes.table import build  # the table builds on nothing here
+
+        build(routes)  # raises, naming the route at fault
+        return routes
 
     @model_validator(mode="after")
     def _shares_within_bounds(self) -> QosConfig:

@@ -32,6 +32,8 @@ from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import OperatorMode, QosConfig, Tenant, Tier
 from sidecar.config.switches import ModeChange
+from sidecar.routes.table import RouteTable
+from sidecar.routes.table import build as build_routes
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
@@ -68,9 +70,12 @@ class Snapshot:
     # The SLO controller's shares per pool, for the pools where it has moved any.
     shares: dict[str, dict[Tier, float]] | None = None
     pools: Pools = field(init=False, repr=False, compare=False)
+    routes: RouteTable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pools", resolve_pools(self.config))  # once per version
+        # Once per version.
+        object.__setattr__(self, "pools", resolve_pools(self.config))
+        object.__setattr__(self, "routes", build_routes(self.config.routes))
 
     @property
     def default_pool(self) -> Pool:

@@ -30,7 +30,15 @@ from collections.abc import Awaitable, Callable
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.extproc import messages
-from sidecar.policy.decision import Admit, Decider, Decision, Final, Hold, RequestView
+from sidecar.policy.decision import (
+    DECIDER_ERROR,
+    Admit,
+    Decider,
+    Decision,
+    Final,
+    Hold,
+    RequestView,
+)
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +197,7 @@ class Exchange:
             # A fault of ours must not cost the client its request: fail open, as Envoy's
             # failure_mode_allow does when the sidecar is unreachable.
             log.exception("decider failed; admitting", extra={"path": self.path})
-            return Admit(reason="decider_error")
+            return Admit(reason=DECIDER_ERROR)
 
 
 _HANDLERS = {

@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 
 from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
 from sidecar.metrics import SidecarMetrics
-from sidecar.policy.decision import Admit, Decider, Decision
+from sidecar.policy.decision import DECIDER_ERROR, Admit, Decider, Decision
 
 log = logging.getLogger(__name__)
 
@@ -70,5 +70,9 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
             decision.tier or "none", outcome, decision.reason, decision.pool or "none"
         ).inc()
         self._metrics.decision_seconds.observe(seconds)
+        if isinstance(decision, Admit) and decision.cost is not None:
+            self._metrics.admitted_cost.labels(decision.tier, decision.route).inc(decision.cost)
+        if decision.reason == DECIDER_ERROR:
+            self._metrics.decider_errors.inc()
         if isinstance(decision, Admit) and decision.queue_wait is not None:
             self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)

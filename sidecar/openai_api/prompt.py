@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +25,10 @@ TOKENS_PER_MESSAGE = 4
 
 class PromptCounter(Protocol):
     def __call__(self, body: dict[str, Any]) -> int: ...
+
+
+# Tokens of one piece of prompt text.
+TextCounter = Callable[[str], int]
 
 
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
@@ -47,9 +51,10 @@ class TokenizerCounter:
         self._tokenizer = Tokenizer.from_file(str(path))
 
     def __call__(self, body: dict[str, Any]) -> int:
-        return _count(
-            body, lambda text: len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-        )
+        return _count(body, self.count_text)
+
+    def count_text(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def _count(body: dict[str, Any], tokens_of: Any) -> int:
@@ -57,7 +62,7 @@ def _count(body: dict[str, Any], tokens_of: Any) -> int:
     messages = body.get("messages")
     if isinstance(messages, list):
         tokens += TOKENS_PER_MESSAGE * len(messages)
-    tokens += _token_id_prompts(body.get("prompt"))
+    tokens += token_id_prompts(body.get("prompt"))
     return max(tokens, 1)
 
 
@@ -88,7 +93,7 @@ def _content_texts(content: Any) -> Iterator[str]:
                 yield part["text"]
 
 
-def _token_id_prompts(prompt: Any) -> int:
+def token_id_prompts(prompt: Any) -> int:
     """Completions accept prompts as token ids: a list of ints or a list of such lists."""
     if not isinstance(prompt, list) or not prompt:
         return 0

@@ -22,7 +22,7 @@ def validate(request: CompletionRequest) -> None:
         if value is not None and (not _is_int(value) or value < 1):
             raise InvalidRequest(f"'{key}' must be an integer of at least 1.", key)
     if request.endpoint is Endpoint.CHAT:
-        _validate_messages(body.get("messages"))
+        validate_messages(body.get("messages"))
     else:
         _validate_prompt(body.get("prompt"))
 
@@ -37,13 +37,13 @@ def _optional(body: dict[str, Any], key: str, kind: type, described: str) -> Non
         raise InvalidRequest(f"'{key}' must be {described}.", key)
 
 
-def _validate_messages(messages: Any) -> None:
+def validate_messages(messages: Any, name: str = "messages") -> None:
     if messages is None:
-        raise InvalidRequest("'messages' is required.", "messages")
+        raise InvalidRequest(f"'{name}' is required.", name)
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("'messages' must be a non-empty array.", "messages")
+        raise InvalidRequest(f"'{name}' must be a non-empty array.", name)
     for index, message in enumerate(messages):
-        where = f"messages[{index}]"
+        where = f"{name}[{index}]"
         if not isinstance(message, dict):
             raise InvalidRequest(f"'{where}' must be an object.", where)
         if not isinstance(message.get("role"), str):

@@ -12,9 +12,12 @@ still being generated.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sidecar.config.schema import Tier, TierConfig
+from sidecar.bodies.parsed import Media, OutputLimit, Prompt
+from sidecar.config.schema import MediaConfig, Tier, TierConfig
 from sidecar.limiter.buckets import BucketSpec
 
 
@@ -39,11 +42,32 @@ class Charge:
         return self.cost(prompt, output_tokens) - self.reserved
 
 
-def charge(tier: TierConfig, prompt_tokens: int, max_tokens: int | None) -> Charge:
-    """The charge of a request of this tier, its prompt estimated at `prompt_tokens`."""
-    asked = max_tokens if max_tokens is not None else tier.expected_output_tokens
+def prompt_tokens(prompt: Prompt, count_text: Callable[[str], int], media: MediaConfig) -> int:
+    """The prompt's tokens: its texts counted, media and stored context as configured."""
+    tokens = prompt.fixed_tokens + sum(count_text(text) for text in prompt.texts)
+    per_part = {
+        Media.IMAGE: media.image_tokens,
+        Media.IMAGE_LOW_DETAIL: media.image_low_detail_tokens,
+        Media.AUDIO: media.audio_tokens,
+        Media.VIDEO: media.video_tokens,
+        Media.FILE: media.file_tokens,
+    }
+    tokens += sum(per_part[part] for part in prompt.media)
+    if prompt.stored_context:
+        tokens += media.stored_context_tokens
+    if prompt.audio_bytes:
+        tokens += math.ceil(prompt.audio_bytes / media.audio_bytes_per_token)
+    return max(tokens, 1)
+
+
+def charge(tier: TierConfig, prompt_tokens: int, output: OutputLimit | None) -> Charge:
+    """The charge of a request of this tier, its prompt estimated at `prompt_tokens`; a
+    route that generates nothing (embeddings) reserves no output."""
+    if output is None:
+        return Charge(prompt_tokens, 0, tier.weight, tier.output_weight)
+    asked = output.requested if output.requested is not None else tier.expected_output_tokens
     expected = min(asked, tier.max_tokens_cap) if tier.max_tokens_cap else asked
-    return Charge(prompt_tokens, expected, tier.weight, tier.output_weight)
+    return Charge(prompt_tokens, expected * output.per_request, tier.weight, tier.output_weight)
 
 
 @dataclass(frozen=True)
@@ -56,3 +80,6 @@ class Reservation:
     model: str
     pool: str  # whose tier bucket comes first in `buckets`
     tier: Tier
+    # A stream of chat or completion chunks, whose size tells its output when its usage
+    # does not come (sidecar/completion/usage.py).
+    sized: bool = True

@@ -36,6 +36,8 @@ class Admit:
     queue_wait: float | None = None  # seconds waited for the slot
     time_first_byte: bool = False  # watch the response body for the first token's time
     reroute: bool = False  # the headers set choose the route: Envoy must choose it again
+    route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
+    cost: float | None = None  # budget tokens charged at admission; None: not charged
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ class Respond:
 
 
 Final = Admit | Respond
+
+# The reason of an admission made because deciding failed (fail open on our own fault).
+DECIDER_ERROR = "decider_error"
 
 
 @dataclass(frozen=True)

@@ -45,14 +45,22 @@ class EngineFields:
 
 
 def engine_fields(
-    body: dict[str, Any], changed: bool, send_priority: bool, tier_priority: int
+    body: dict[str, Any] | None,
+    changed: bool,
+    send_priority: bool,
+    tier_priority: int,
+    body_priority: bool = True,
 ) -> EngineFields:
-    """The body (`changed`: already rewritten by the guards) and headers that carry the
-    tier's priority when `send_priority`, and no priority the client chose."""
-    if send_priority:
-        return EngineFields(
-            {**body, "priority": tier_priority}, {PRIORITY_HEADER: str(tier_priority)}
-        )
+    """The body (`changed`: already rewritten by the guards; None: a body that is not
+    JSON, forwarded as it came) and headers that carry the tier's priority when
+    `send_priority`, and no priority the client chose. `body_priority`: the API's body
+    takes a `priority` (else only the header carries it)."""
+    headers = {PRIORITY_HEADER: str(tier_priority)} if send_priority else {}
+    if body is None:
+        return EngineFields(None, headers)
+    if send_priority and body_priority:
+        return EngineFields({**body, "priority": tier_priority}, headers)
     if "priority" in body:
-        return EngineFields({key: value for key, value in body.items() if key != "priority"})
-    return EngineFields(body if changed else None)
+        without = {key: value for key, value in body.items() if key != "priority"}
+        return EngineFields(without, headers)
+    return EngineFields(body if changed else None, headers)

@@ -9,6 +9,7 @@ class Reason(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     UNAUTHENTICATED = "unauthenticated"
     MODEL_NOT_FOUND = "model_not_found"
+    ROUTE_NOT_FOUND = "route_not_found"  # not a route the gateway serves (deny by default)
     PROMPT_TOO_LONG = "prompt_too_long"
     COST_EXCEEDS_BURST = "cost_exceeds_burst"
     TENANT_RATE_LIMITED = "tenant_rate_limited"

@@ -12,8 +12,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import redis_connect
-from sidecar.config.schema import QosConfig, Tenant
+from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant
 from sidecar.config.store import ConfigStore
+from sidecar.config.switches import ModeChange
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -74,6 +75,11 @@ class StackConfig:
     def set(self, partial: dict[str, Any]) -> int:
         config = QosConfig.from_partial({**self._base, **partial})
         return self._run(lambda store: store.save_config(config))
+
+    def mode(self, mode: str, by: str = "tests") -> int:
+        """Switch the operator's mode (normal, core-only, shadow)."""
+        change = ModeChange(f"mode {mode}", by, "cli")
+        return self._run(lambda store: store.save_mode(OperatorMode(mode=Mode(mode)), change))
 
     def tenant(self, name: str, tier: str, api_key: str, **fields: Any) -> int:
         tenant = Tenant(tier=tier, **fields)

@@ -107,6 +107,21 @@ def test_config_set_refuses_unknown_keys_and_bad_values_and_keeps_the_old(cli, r
     assert "share: 0.05" in shown  # import replaces: omitted keys take their defaults
 
 
+def test_config_set_adds_changes_and_removes_routes(cli, redis_url):
+    added = cli(redis_url, "config", "set", "routes./v1/my/generate", "chat")
+    assert added.returncode == 0, added.stderr
+    opened = cli(redis_url, "config", "set", "routes./pause", "pass")
+    assert opened.returncode == 2 and "operational route" in opened.stderr
+    wrong = cli(redis_url, "config", "set", "routes./v1/x", "gpu")
+    assert wrong.returncode == 2 and "not a route kind" in wrong.stderr
+    exported = QosConfig.model_validate_json(
+        cli(redis_url, "config", "export", "--format", "json").stdout
+    )
+    assert exported.routes == {"/v1/my/generate": "chat"}
+    assert cli(redis_url, "config", "set", "routes./v1/my/generate", "null").returncode == 0
+    assert "/v1/my/generate" not in cli(redis_url, "config", "show").stdout
+
+
 async def _until(check, within: float = 1.0) -> float:
     """Seconds until `check()` held; fails past `within`."""
     started = time.monotonic()

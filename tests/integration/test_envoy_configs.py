@@ -35,6 +35,34 @@ def validate(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+# What makes the path Envoy forwards the one the sidecar decides on.
+PATH_OPTIONS = {
+    "normalize_path": True,
+    "merge_slashes": True,
+    "path_with_escaped_slashes_action": "REJECT_REQUEST",
+}
+SHIPPED_MANAGERS = [
+    *FULL_CONFIGS,
+    envoy_config.ENVOY_DIR.parent / "deploy" / "kubernetes" / "envoy.yaml",
+]
+
+
+@pytest.mark.parametrize("path", SHIPPED_MANAGERS, ids=lambda p: p.name)
+def test_every_shipped_envoy_normalises_the_path_it_forwards(path):
+    manager = envoy_config.connection_manager(yaml.safe_load(path.read_text()))
+    assert {key: manager.get(key) for key in PATH_OPTIONS} == PATH_OPTIONS
+
+
+def test_the_snippet_and_istio_normalise_the_path_too():
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    assert snippet["connection_manager_options"] == PATH_OPTIONS
+    istio = envoy_config.ENVOY_DIR.parent / "deploy" / "istio" / "envoyfilter.yaml"
+    patches = yaml.safe_load(istio.read_text())["spec"]["configPatches"]
+    (manager,) = [p for p in patches if p["applyTo"] == "NETWORK_FILTER"]
+    options = manager["patch"]["value"]["typed_config"]
+    assert {key: options.get(key) for key in PATH_OPTIONS} == PATH_OPTIONS
+
+
 def test_there_are_configs_to_validate():
     names = {p.name for p in FULL_CONFIGS}
     assert {"envoy.yaml", "compose.yaml"} <= names
@@ -59,6 +87,9 @@ def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
         *(f for f in manager["http_filters"] if f["name"] not in envoy_config.QOS_FILTERS),
     ]
     resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "qos_sidecar"]
+    for option in PATH_OPTIONS:
+        manager.pop(option)
+    manager.update(snippet["connection_manager_options"])
     manager["access_log"] = [snippet["access_log"]]
     resources["clusters"].append(snippet["cluster"])
     result = validate(envoy_config.write(config, tmp_path / "with-snippet.yaml"))

@@ -14,7 +14,7 @@ from sidecar.admission.identity import IdentityResolver
 from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict
-from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.openai_api.prompt import estimate_text_tokens
 from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import Admit, Hold, RequestView, Respond
 from sidecar.policy.refusals import Reason
@@ -60,7 +60,7 @@ async def lookup(digest):
 def decider(limiter: FakeLimiter, **config) -> AdmissionDecider:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS)
     return AdmissionDecider(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens
     )
 
 
@@ -207,7 +207,7 @@ class Shedding:
 def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDecider:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS, mode or OperatorMode())
     return AdmissionDecider(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens, shedding
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, shedding
     )
 
 
@@ -244,7 +244,7 @@ def queued_decider(limiter, max_concurrency=1, **config) -> tuple[AdmissionDecid
     snapshot = Snapshot(1, qos, TENANTS)
     admission = AdmissionQueue(lambda: qos)
     decider = AdmissionDecider(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_prompt_tokens, queue=admission
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, queue=admission
     )
     return decider, admission
 

@@ -17,7 +17,7 @@ from sidecar.config.schema import QosConfig, Tenant, Tier, describe
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.extproc.exchange import Exchange
 from sidecar.limiter.buckets import Verdict
-from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.openai_api.prompt import estimate_text_tokens
 
 FUZZ = settings(
     max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
@@ -102,7 +102,7 @@ header_names = st.sampled_from(
 )
 def test_any_headers_and_body_get_a_decision_never_an_exception(headers, body):
     decider = AdmissionDecider(
-        lambda: SNAPSHOT, IdentityResolver(lookup), Limiter(), estimate_prompt_tokens
+        lambda: SNAPSHOT, IdentityResolver(lookup), Limiter(), estimate_text_tokens
     )
     failures = []
 
@@ -133,7 +133,8 @@ def test_any_headers_and_body_get_a_decision_never_an_exception(headers, body):
         kind = answer.WhichOneof("response")
         assert kind in ("request_body", "immediate_response")
         if kind == "immediate_response":
-            assert answer.immediate_response.status.code in (200, 400, 401, 429)
+            # 404: a method or path no route of the table serves.
+            assert answer.immediate_response.status.code in (200, 400, 401, 404, 429)
 
     asyncio.run(run())
     assert failures == []

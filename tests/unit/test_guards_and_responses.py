@@ -4,9 +4,10 @@ import json
 
 import pytest
 
+from sidecar.answers.openai import FINISH_REASON
+from sidecar.bodies.openai import read_chat
+from sidecar.bodies.parsed import ParsedRequest, ResponseShape, TextForm
 from sidecar.config.schema import FallbackKind, QosConfig, TierConfig
-from sidecar.openai_api.request import CompletionRequest, Endpoint
-from sidecar.policy.fallbacks import FINISH_REASON, ResponseShape
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
 from sidecar.policy.responses import respond
@@ -15,10 +16,8 @@ P0 = QosConfig().tiers.p0
 P2 = QosConfig().tiers.p2
 
 
-def chat(**fields) -> CompletionRequest:
-    return CompletionRequest(
-        Endpoint.CHAT, {"messages": [{"role": "user", "content": "hi"}], **fields}
-    )
+def chat(**fields) -> ParsedRequest:
+    return read_chat({"messages": [{"role": "user", "content": "hi"}], **fields})
 
 
 def test_p0_output_is_capped_when_absent_or_above_the_cap():
@@ -41,15 +40,15 @@ def test_long_prompts_are_refused_for_the_tier_that_limits_them():
 SHED = Refusal(Reason.SHED_TIER_BUDGET, "budget", retry_after=0.2)
 
 
-@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETIONS])
-def test_shed_fallback_is_a_whole_completion(endpoint):
-    answer = respond(SHED, ResponseShape(endpoint, model="m"), P2, "p2")
+@pytest.mark.parametrize("form", [TextForm.CHAT, TextForm.COMPLETION])
+def test_shed_fallback_is_a_whole_completion(form):
+    answer = respond(SHED, ResponseShape(text=form, model="m"), P2, "p2")
     body = json.loads(answer.body)
     assert answer.status == 200
     assert answer.headers["retry-after"] == "15"
     assert answer.headers["x-qos-decision"] == "shed_tier_budget"
     assert answer.headers["content-type"] == "application/json"
-    assert body["object"] == ("chat.completion" if endpoint is Endpoint.CHAT else "text_completion")
+    assert body["object"] == ("chat.completion" if form is TextForm.CHAT else "text_completion")
     assert body["choices"][0]["finish_reason"] == FINISH_REASON
     assert body["model"] == "m"
     text = body["choices"][0].get("text") or body["choices"][0]["message"]["content"]
@@ -57,7 +56,7 @@ def test_shed_fallback_is_a_whole_completion(endpoint):
 
 
 def test_streamed_fallback_is_one_chunk_then_done():
-    shape = ResponseShape(Endpoint.CHAT, stream=True, include_usage=True)
+    shape = ResponseShape(text=TextForm.CHAT, stream=True, include_usage=True)
     answer = respond(SHED, shape, P2, "p2")
     events = answer.body.decode().split("\n\n")
     assert answer.headers["content-type"] == "text/event-stream"
@@ -70,7 +69,7 @@ def test_streamed_fallback_is_one_chunk_then_done():
 
 def test_tiers_preferring_errors_get_a_429_error_object():
     tier = TierConfig(share=0.05, fallback=FallbackKind.ERROR, retry_after_seconds=30)
-    answer = respond(SHED, ResponseShape(Endpoint.CHAT), tier, "p2")
+    answer = respond(SHED, ResponseShape(text=TextForm.CHAT), tier, "p2")
     assert answer.status == 429
     assert answer.headers["retry-after"] == "30"
     error = json.loads(answer.body)["error"]
@@ -80,7 +79,7 @@ def test_tiers_preferring_errors_get_a_429_error_object():
 def test_errors_carry_their_status_reason_and_retry_after():
     limited = respond(
         Refusal(Reason.TENANT_RATE_LIMITED, "slow down", retry_after=1.2),
-        ResponseShape(Endpoint.CHAT),
+        ResponseShape(text=TextForm.CHAT),
         P2,
         "p2",
     )

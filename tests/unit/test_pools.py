@@ -13,7 +13,7 @@ from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig, Tenant, Tier, ValidationError, describe
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict, tenant_bucket_key, tier_bucket_key
-from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.openai_api.prompt import estimate_text_tokens
 from sidecar.overload.load import PodLoad, aggregate, pool_of
 from sidecar.overload.shedding import SheddingState
 from sidecar.policy.decision import Admit, RequestView, Respond
@@ -179,7 +179,7 @@ def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDeci
     snapshot = Snapshot(1, config(document), {"acme": tenant or Tenant(tier=Tier.P1)})
     return (
         AdmissionDecider(
-            lambda: snapshot, IdentityResolver(lookup), Limiter(), estimate_prompt_tokens
+            lambda: snapshot, IdentityResolver(lookup), Limiter(), estimate_text_tokens
         ),
         calls,
     )

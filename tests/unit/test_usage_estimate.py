@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from sidecar.bodies.parsed import OutputLimit
 from sidecar.completion.usage import streamed_output_tokens
 from sidecar.config.schema import QosConfig
 from sidecar.mockvllm.engine import _VOCABULARY
@@ -19,12 +20,16 @@ TIERS = QosConfig.from_partial(
 ).tiers
 
 
+def asking(max_tokens: int | None) -> OutputLimit:
+    return OutputLimit((("max_tokens",),), max_tokens, ("max_tokens",))
+
+
 def test_a_request_reserves_what_it_asked_for_or_the_tier_s_expected_output():
-    asked = charge(TIERS.p1, prompt_tokens=20, max_tokens=2000)
+    asked = charge(TIERS.p1, prompt_tokens=20, output=asking(2000))
     assert asked.reserved == 20 * 1.0 + 2000 * 2.0
-    unsaid = charge(TIERS.p1, prompt_tokens=20, max_tokens=None)
+    unsaid = charge(TIERS.p1, prompt_tokens=20, output=asking(None))
     assert unsaid.expected_output == 300
-    capped = charge(TIERS.p0, prompt_tokens=20, max_tokens=2000)  # P0's cap: 512
+    capped = charge(TIERS.p0, prompt_tokens=20, output=asking(2000))  # P0's cap: 512
     assert capped.expected_output == 512 and capped.reserved == 20  # P0's output is free
     # Settled: a shorter answer gives back, a longer one owes; a prompt count corrects.
     assert asked.difference(None, 1500) == -500 * 2.0

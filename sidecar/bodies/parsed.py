@@ -1,0 +1,94 @@
+"""What admission knows of a request once its body is read: one value for every API."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.routes.kinds import Api, RouteKind
+
+FieldPath = tuple[str, ...]  # ("parameters", "max_new_tokens")
+
+
+class TextForm(enum.StrEnum):
+    """The answer a shed request can be given in its API's shape, with the fallback text."""
+
+    CHAT = "chat"  # chat.completion, or its chunks
+    COMPLETION = "completion"  # text_completion
+    RESPONSE = "response"  # a Responses API object, or its events
+    MESSAGE = "message"  # an Anthropic message, or its events
+
+
+class Media(enum.StrEnum):
+    IMAGE = "image"
+    IMAGE_LOW_DETAIL = "image_low_detail"
+    AUDIO = "audio"
+    VIDEO = "video"
+    FILE = "file"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The prompt as the GPU will prefill it: texts to count, tokens already counted
+    (token ids, chat-template overhead), media parts, and context the server adds
+    (a Responses API conversation continued by previous_response_id)."""
+
+    texts: tuple[str, ...] = ()
+    fixed_tokens: int = 0
+    media: tuple[Media, ...] = ()
+    stored_context: bool = False
+    audio_bytes: int = 0  # an uploaded audio file's size
+
+    @property
+    def estimated_from_outside(self) -> bool:
+        """Part of the cost is a configured estimate, to settle from the answer's usage."""
+        return bool(self.media or self.stored_context or self.audio_bytes)
+
+
+@dataclass(frozen=True)
+class OutputLimit:
+    """Where the API takes its limit on the answer's length, and what the client asked."""
+
+    fields: tuple[FieldPath, ...]  # the names it is read from, the first set one wins
+    requested: int | None  # None: the client set none
+    default_field: FieldPath  # where a tier's cap is written when none is set
+    per_request: int = 1  # answers the request asks for (a batch's conversations)
+
+    @property
+    def param(self) -> str:
+        return ".".join(self.default_field)
+
+
+@dataclass(frozen=True)
+class ResponseShape:
+    """What the client will parse, so the gateway's own answers match it."""
+
+    api: Api = Api.OPENAI
+    text: TextForm | None = None  # None: only an error can answer for the GPU
+    stream: bool = False
+    include_usage: bool = False
+    model: str | None = None
+    choices: int = 1
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    kind: RouteKind
+    body: dict[str, Any]
+    shape: ResponseShape
+    prompt: Prompt
+    output: OutputLimit | None  # None: the route generates no text (embeddings...)
+    # The answer's usage can be read as it passes (a stream that ends with its usage).
+    usage_in_stream: bool = False
+    prompt_param: str = "messages"  # the field a too-long prompt is blamed on
+    json_body: bool = True  # else the body is forwarded as it came (a multipart upload)
+    body_priority: bool = True  # the API's body takes vLLM's `priority`
+
+    @property
+    def model(self) -> str | None:
+        return self.shape.model
+
+    @property
+    def stream(self) -> bool:
+        return self.shape.stream

@@ -1,0 +1,172 @@
+"""Every route that can reach a GPU passes the gate, however its path is spelled: through
+the shipped envoy.yaml and the sidecar, in front of an upstream that routes like vLLM's
+(Starlette) and records all that reaches it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import urllib.request
+
+import pytest
+
+from sidecar.stack import readiness
+from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
+from sidecar.stack.stack import start_envoy
+from tests.integration.helpers import scrape, stack_with_tenants
+
+pytestmark = pytest.mark.integration
+
+P2_KEY = "routes-p2"
+USER = {"role": "user", "content": "where is my parcel?"}
+BOUNDARY = "qosb0undary"
+AUDIO = (
+    f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\nmock-llm\r\n'
+    f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+    f"Content-Type: audio/wav\r\n\r\n{'x' * 3200}\r\n--{BOUNDARY}--\r\n"
+).encode()
+# One valid body for each route of the table that does GPU work, and its kind.
+CHARGED = {
+    "/v1/chat/completions": ("chat", {"model": "mock-llm", "messages": [USER]}),
+    "/v1/completions": ("completions", {"model": "mock-llm", "prompt": "hi", "max_tokens": 5}),
+    "/v1/chat/completions/batch": ("chat_batch", {"messages": [[USER], [USER]]}),
+    "/v1/responses": ("responses", {"model": "mock-llm", "input": "hi"}),
+    "/v1/messages": ("messages", {"model": "mock-llm", "messages": [USER], "max_tokens": 9}),
+    "/invocations": ("chat", {"messages": [USER]}),
+    "/cohere/v2/chat": ("cohere_chat", {"model": "mock-llm", "messages": [USER]}),
+    "/generate": ("generate", {"inputs": "hi", "parameters": {"max_new_tokens": 4}}),
+    "/generate_stream": ("generate", {"inputs": "hi"}),
+    "/inference/v1/generate": ("generate", {"token_ids": [1, 2], "sampling_params": {}}),
+    "/generative_scoring": ("input_only", {"query": "q", "items": ["a", "b"]}),
+    "/v1/embeddings": ("input_only", {"model": "mock-llm", "input": ["a", "b"]}),
+    "/v2/embed": ("input_only", {"texts": ["hello"]}),
+    "/pooling": ("input_only", {"input": "hi"}),
+    "/classify": ("input_only", {"input": ["good", "bad"]}),
+    "/score": ("input_only", {"text_1": "a", "text_2": "b"}),
+    "/v1/rerank": ("input_only", {"query": "shoes", "documents": ["red", "blue"]}),
+    "/v1/audio/transcriptions": ("audio", AUDIO),
+    "/v1/audio/translations": ("audio", AUDIO),
+}
+OPERATIONAL = ["/pause", "/sleep", "/v1/load_lora_adapter", "/collective_rpc", "/update_weights"]
+
+
+def spellings(path: str) -> list[str]:
+    """The path, and other ways of writing it that a server may route the same."""
+    head, _, last = path.rpartition("/")
+    encoded = f"{head}/%{ord(last[0]):02X}{last[1:]}"
+    slash = f"{head}%2F{last}" if head else f"{path}%2F"
+    return [path, encoded, slash, path.replace("/", "//"), f"/.{path}", f"{path}/", f"{path}?x=1"]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    """The stack's sidecar, and a second Envoy from the shipped config whose upstream is
+    the recording Starlette server."""
+    work = tmp_path_factory.mktemp("routes")
+    with stack_with_tenants(work, {"routes": ("p2", P2_KEY)}, replicas=1) as stack:
+        port = free_port()
+        upstream = ManagedProcess(
+            "starlette",
+            [sys.executable, "-m", "uvicorn", "tests.integration.starlette_upstream:app",
+             "--port", str(port), "--log-level", "warning"],
+            work / "starlette.log",
+        )  # fmt: skip
+        upstream.start_ready(lambda: readiness.http_ok(f"http://127.0.0.1:{port}/__recorded"))
+        listen, admin = free_port(), free_port()
+        config = stack.envoy_config(listen, admin)
+        for cluster in config["static_resources"]["clusters"]:
+            if cluster["name"] == "vllm":
+                (endpoints,) = cluster["load_assignment"]["endpoints"]
+                endpoints["lb_endpoints"] = endpoints["lb_endpoints"][:1]
+                address = endpoints["lb_endpoints"][0]["endpoint"]["address"]
+                address["socket_address"]["port_value"] = port
+        envoy = start_envoy(config, work, admin, name="envoy-routes", concurrency=1)
+        try:
+            stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
+            yield stack, listen, port
+        finally:
+            envoy.stop()
+            upstream.stop()
+
+
+def send(port: int, method: str, path: str, body: dict | bytes | None = None):
+    """One request with the path exactly as written; (status, headers, body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Authorization": f"Bearer {P2_KEY}"}
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body else None
+    if raw is not None:
+        kind = "json" if not isinstance(body, bytes) else f"form-data; boundary={BOUNDARY}"
+        headers["Content-Type"] = f"application/{kind}" if kind == "json" else f"multipart/{kind}"
+    try:
+        connection.request(method, path, raw, headers)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def recorded(upstream: int) -> list[dict]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{upstream}/__recorded", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def charged(stack, route: str) -> float:
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return samples.get(f'qos_admitted_cost_tokens_total{{route="{route}",tier="p2"}}', 0.0)
+
+
+def test_core_only_no_p2_request_to_any_gpu_route_reaches_the_server(gateway):
+    stack, listen, upstream = gateway
+    before = len(recorded(upstream))
+    stack.config.mode("core-only")
+    try:
+        for path, (_kind, body) in CHARGED.items():
+            for spelled in spellings(path):
+                status, headers, answer = send(listen, "POST", spelled, body)
+                if "%2F" in spelled:  # Envoy refuses an escaped slash itself
+                    assert status == 400, (spelled, status, answer)
+                else:
+                    assert headers.get("x-qos-decision") == "shed_core_only", (spelled, answer)
+        for path in OPERATIONAL:
+            status, headers, _ = send(listen, "POST", path, {})
+            assert (status, headers.get("x-qos-decision")) == (404, "route_not_found")
+        assert recorded(upstream)[before:] == []
+        # The record does see what passes: a GET that does no GPU work.
+        assert send(listen, "GET", "/v1/models")[0] == 200
+        assert [r["path"] for r in recorded(upstream)[before:]] == ["/v1/models"]
+    finally:
+        stack.config.mode("normal")
+
+
+def test_in_normal_mode_every_spelling_is_charged_as_its_route(gateway):
+    stack, listen, upstream = gateway
+    for path, (kind, body) in CHARGED.items():
+        for spelled in spellings(path):
+            if "%2F" in spelled:
+                continue
+            before, seen = charged(stack, kind), len(recorded(upstream))
+            _status, headers, answer = send(listen, "POST", spelled, body)
+            assert headers.get("x-qos-decision") is None, (spelled, answer)  # not refused
+            (reached,) = recorded(upstream)[seen:]
+            assert reached["tier"] == "p2", (spelled, reached)
+            assert charged(stack, kind) > before, spelled
+
+
+def test_unknown_posts_are_refused_in_the_openai_shape_unless_configured(gateway):
+    stack, listen, upstream = gateway
+    seen = len(recorded(upstream))
+    status, headers, answer = send(listen, "POST", "/v1/brand/new", {"input": "hi"})
+    assert (status, headers["x-qos-decision"]) == (404, "route_not_found")
+    assert json.loads(answer)["error"]["code"] == "route_not_found"
+    assert recorded(upstream)[seen:] == []
+    stack.config.set({"routes": {"/v1/brand/new": "input_only"}})
+    try:
+        before = charged(stack, "input_only")
+        _status, headers, _ = send(listen, "POST", "/v1/brand/new", {"input": "hi"})
+        assert "x-qos-decision" not in headers  # admitted (the server has no such route)
+        assert charged(stack, "input_only") > before
+        assert [r["path"] for r in recorded(upstream)[seen:]] == ["/v1/brand/new"]
+    finally:
+        stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
