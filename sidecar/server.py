@@ -201,6 +201,12 @@ class SidecarServer:
         usage, estimated from a stream's size otherwise. A whole answer whose usage never
         came (the client left) keeps its reservation: the GPU may have done the work."""
         output, source = end.completion_tokens, "usage"
+        if (
+            output is None
+            and end.prompt_tokens is not None
+            and not reservation.charge.expected_output
+        ):
+            output = 0  # an answer with no output (embeddings): its prompt's count settles it
         guess = None
         if slot.stream and reservation.sized:
             guess = streamed_output_tokens(

@@ -39,9 +39,13 @@ class Unauthenticated(Exception):
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The API key: `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's
+    clients send it."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
     token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    if scheme.lower() == "bearer" and token:
+        return token
+    return headers.get("x-api-key", "").strip() or None
 
 
 class _LookupBudget:

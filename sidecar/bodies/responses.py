@@ -54,8 +54,10 @@ def _input(value: Any, collected: Collected) -> int:
     items = bounded_list(value, "input")
     for index, item in enumerate(items):
         where = f"input[{index}]"
-        if not isinstance(item, dict):
-            raise InvalidRequest(f"'{where}' must be an object.", where)
+        if not isinstance(item, dict) or not (
+            isinstance(item.get("type"), str) or isinstance(item.get("role"), str)
+        ):
+            raise InvalidRequest(f"'{where}' must be an object with a 'type' or a 'role'.", where)
         if "content" in item:
             collected.content(item["content"], f"{where}.content")
         for key in _ITEM_TEXTS:

@@ -85,6 +85,17 @@ class ResponseShaper:
             body = self._envelope("text_completion", [choice])
         return sse(body)
 
+    # The stream, as the server writes it: the opening before the first token, a chunk a
+    # token, and the close (usage when asked for, then [DONE]).
+    def first_bytes(self) -> bytes:
+        return self.chunk(None, first=True) if self.endpoint is Endpoint.CHAT else b""
+
+    def token(self, text: str, finish: str | None) -> bytes:
+        return self.chunk(text, finish)
+
+    def last_bytes(self, tokens: dict[str, int], include_usage: bool, finish: str) -> bytes:
+        return (self.usage_chunk(tokens) if include_usage else b"") + SSE_DONE
+
     def usage_chunk(self, tokens: dict[str, int]) -> bytes:
         obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"
         body = self._envelope(obj, [])

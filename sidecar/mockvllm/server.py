@@ -6,20 +6,29 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sidecar import logs
+from sidecar.bodies.parsed import ParsedRequest
+from sidecar.bodies.read import read
+from sidecar.config.schema import MediaConfig
+from sidecar.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
 from sidecar.mockvllm.dialect_metrics import DialectCollector
 from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
 from sidecar.mockvllm.metrics import EngineCollector, LatencyMetrics
-from sidecar.mockvllm.openai_shapes import SSE_DONE, ResponseShaper, error_body, usage
-from sidecar.openai_api.prompt import estimate_prompt_tokens
-from sidecar.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
+from sidecar.mockvllm.openai_shapes import ResponseShaper, error_body, usage
+from sidecar.openai_api.prompt import estimate_text_tokens
+from sidecar.openai_api.request import Endpoint, InvalidRequest
 from sidecar.options import setting
+from sidecar.policy.cost import prompt_tokens
+from sidecar.routes.kinds import RouteKind
+from sidecar.routes.table import RouteTable
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +73,9 @@ class Settings:
     time_scale: float = setting(1.0, "MOCK_VLLM_TIME_SCALE", "multiplies every duration")
     seed: int = setting(0, "MOCK_VLLM_SEED", "seed of the answers' lengths and words")
     log_level: str = setting("INFO", "MOCK_VLLM_LOG_LEVEL", "log level")
+    image_tokens: int = setting(
+        576, None, "prompt tokens an image part takes (a 336-pixel CLIP encoder's 24 x 24)"
+    )
     metrics_dialect: str = setting(
         "vllm",
         None,
@@ -96,6 +108,10 @@ class Settings:
 
 # vLLM's default for /v1/completions without max_tokens (chat runs to the context's end).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# The routes the mock serves (each as vLLM's API server does), read by the gateway's own
+# readers: the same bodies, the same prompt estimate.
+ROUTES = RouteTable()
+GENERATING = (RouteKind.CHAT, RouteKind.COMPLETIONS, RouteKind.RESPONSES, RouteKind.MESSAGES)
 # Headers vLLM reads from clients that change how a request is scheduled.
 PRIORITY_HEADER = "X-Vllm-Priority"
 SCHEDULING_HEADERS = (PRIORITY_HEADER, "X-data-parallel-rank")
@@ -127,6 +143,15 @@ def _echo(request: web.Request, body: dict, priority: int) -> dict[str, str]:
     return seen
 
 
+class Shaper(Protocol):
+    """One API's answer: whole, or as its stream (sidecar/mockvllm/*_shapes.py)."""
+
+    def complete(self, text: str, finish_reason: str, tokens: dict[str, int]) -> dict: ...
+    def first_bytes(self) -> bytes: ...
+    def token(self, text: str, finish: str | None) -> bytes: ...
+    def last_bytes(self, tokens: dict[str, int], include_usage: bool, finish: str) -> bytes: ...
+
+
 def _error(
     status: int, message: str, param: str | None = None, err_type: str = "BadRequestError"
 ) -> web.Response:
@@ -151,8 +176,10 @@ class MockVllm:
         # vLLM's server sets no body limit of its own (aiohttp's default is 1 MiB): a prompt
         # the gateway lets through gets vLLM's answer, a 400 if it is beyond the context.
         app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/v1/chat/completions", self.completions)
-        app.router.add_post("/v1/completions", self.completions)
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"):
+            app.router.add_post(path, self.completions)
+        app.router.add_post("/invocations", self.completions)
+        app.router.add_post("/v1/embeddings", self.completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
@@ -187,9 +214,9 @@ class MockVllm:
         return web.json_response({"object": "list", "data": [model]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        endpoint = Endpoint.for_path(request.path)
+        route = ROUTES.resolve("POST", request.path)
         try:
-            parsed = parse_completion_request(endpoint, await request.read())
+            parsed = read(route, await request.read(), request.headers)
         except InvalidRequest as error:
             return _error(400, error.message, error.param)
         body = parsed.body
@@ -197,9 +224,6 @@ class MockVllm:
             return _error(
                 404, f"The model `{parsed.model}` does not exist.", "model", "NotFoundError"
             )
-        input_key = "messages" if endpoint is Endpoint.CHAT else "prompt"
-        if not body.get(input_key):
-            return _error(400, f"'{input_key}' is required and must not be empty.", input_key)
         if body.get("stream_options") is not None and not parsed.stream:
             return _error(
                 400, "Stream options can only be defined when `stream=True`.", "stream_options"
@@ -208,30 +232,65 @@ class MockVllm:
         if not isinstance(priority, int):
             return _error(400, "priority must be an integer.", "priority")
         priority = header_priority(request.headers, priority)
-        max_tokens = parsed.max_tokens
-        if max_tokens is None and endpoint is Endpoint.COMPLETIONS:
+        generating = parsed.kind in GENERATING
+        max_tokens = parsed.output.requested if parsed.output is not None else None
+        if max_tokens is None and parsed.kind is RouteKind.COMPLETIONS:
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
-        if max_tokens is not None and max_tokens < 1:
-            return _error(400, "max_tokens must be at least 1.", "max_tokens")
-        prompt_tokens = estimate_prompt_tokens(body)
+        if not generating:
+            max_tokens = 1  # a pooling request: the prefill, no decode
+        media = MediaConfig(image_tokens=self.settings.image_tokens)
+        tokens_in = prompt_tokens(parsed.prompt, estimate_text_tokens, media)
         try:
             sequence = self.engine.submit(
-                prompt_tokens, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
+                tokens_in, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
             )
         except RequestRejected as error:
             return _error(400, str(error), error.param)
-        shaper = ResponseShaper(endpoint, self.settings.model_name)
         seen = _echo(request, body, priority)
         try:
+            if not generating:
+                return await self._embeddings(parsed, sequence, seen)
+            shaper = self._shaper(parsed, tokens_in)
             if parsed.stream:
-                return await self._stream(request, sequence, shaper, parsed.include_usage, seen)
+                return await self._stream(request, sequence, shaper, parsed.usage_in_stream, seen)
             response = await self._whole(sequence, shaper)
             response.headers.update(seen)
             return response
         finally:
             self.engine.abort(sequence)  # no-op once finished; frees a disconnected client's
 
-    async def _whole(self, sequence: Sequence, shaper: ResponseShaper) -> web.Response:
+    def _shaper(self, parsed: ParsedRequest, tokens_in: int) -> Shaper:
+        model = self.settings.model_name
+        if parsed.kind is RouteKind.RESPONSES:
+            return ResponsesShaper(model)
+        if parsed.kind is RouteKind.MESSAGES:
+            return MessagesShaper(model, tokens_in)
+        chat = parsed.kind is RouteKind.CHAT
+        return ResponseShaper(Endpoint.CHAT if chat else Endpoint.COMPLETIONS, model)
+
+    async def _embeddings(
+        self, parsed: ParsedRequest, sequence: Sequence, seen: dict[str, str]
+    ) -> web.Response:
+        while await sequence.output.get() is not None:  # the prefill, done
+            pass
+        inputs = parsed.body.get("input")
+        count = len(inputs) if isinstance(inputs, list) and inputs else 1
+        data = [
+            {"index": index, "object": "embedding", "embedding": [0.0] * 8}
+            for index in range(count)
+        ]
+        tokens = {"prompt_tokens": sequence.prompt_tokens, "total_tokens": sequence.prompt_tokens}
+        answer = {
+            "id": f"embd-{sequence.request_id}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": self.settings.model_name,
+            "data": data,
+            "usage": {**tokens, "completion_tokens": 0},
+        }
+        return web.json_response(answer, headers=seen)
+
+    async def _whole(self, sequence: Sequence, shaper: Shaper) -> web.Response:
         pieces = []
         while (token := await sequence.output.get()) is not None:
             pieces.append(token)
@@ -244,7 +303,7 @@ class MockVllm:
         self,
         request: web.Request,
         sequence: Sequence,
-        shaper: ResponseShaper,
+        shaper: Shaper,
         include_usage: bool,
         extra_headers: dict[str, str],
     ) -> web.StreamResponse:
@@ -256,21 +315,21 @@ class MockVllm:
             }
         )
         await response.prepare(request)  # headers go out at once, as uvicorn sends them
-        first = shaper.endpoint is Endpoint.CHAT
+        started = False
         while (token := await sequence.output.get()) is not None:
-            if first:  # like vLLM: the role chunk comes with the first token
-                await response.write(shaper.chunk(None, first=True))
-                first = False
+            if not started:  # like vLLM: the opening comes with the first token
+                await response.write(shaper.first_bytes())
+                started = True
             # The engine queues a sequence's last token and its end marker together, so
             # the last token is known when only the marker is left behind it.
             last = sequence.finished and sequence.output.qsize() == 1
-            finish = sequence.finish_reason if last else None
-            await response.write(shaper.chunk(token, finish))
-        if include_usage:
-            await response.write(
-                shaper.usage_chunk(usage(sequence.prompt_tokens, sequence.generated))
-            )
-        await response.write(SSE_DONE)
+            await response.write(shaper.token(token, sequence.finish_reason if last else None))
+        if not started:
+            await response.write(shaper.first_bytes())
+        tokens = usage(sequence.prompt_tokens, sequence.generated)
+        await response.write(
+            shaper.last_bytes(tokens, include_usage, sequence.finish_reason or "stop")
+        )
         await response.write_eof()
         return response
 
