@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sidecar.routes.table import BUILT_IN, OPERATIONAL
 from sidecar.stack import envoy_config
 
 pytestmark = pytest.mark.integration
@@ -63,6 +65,28 @@ def test_the_snippet_and_istio_normalise_the_path_too():
     assert {key: options.get(key) for key in PATH_OPTIONS} == PATH_OPTIONS
 
 
+def operational_regex(routes: list[dict]) -> str:
+    (route,) = [r for r in routes if "safe_regex" in r["match"]]
+    assert route["direct_response"]["status"] == 404
+    return route["match"]["safe_regex"]["regex"]
+
+
+@pytest.mark.parametrize("path", SHIPPED_MANAGERS, ids=lambda p: p.name)
+def test_every_shipped_envoy_refuses_the_engines_controls_itself(path):
+    """Even with the sidecar down (failure_mode_allow), the operational routes answer 404:
+    the route's regex matches exactly the sidecar's list, before any other route."""
+    (host,) = envoy_config.connection_manager(yaml.safe_load(path.read_text()))["route_config"][
+        "virtual_hosts"
+    ]
+    regex = re.compile(operational_regex(host["routes"][:1]))
+    for route in OPERATIONAL:
+        assert regex.match(route) and regex.match(f"{route}/"), route
+    for route in BUILT_IN:
+        assert not regex.match(route), route
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    assert operational_regex([snippet["operational_route"]]) == regex.pattern
+
+
 def test_there_are_configs_to_validate():
     names = {p.name for p in FULL_CONFIGS}
     assert {"envoy.yaml", "compose.yaml"} <= names
@@ -91,6 +115,9 @@ def test_drop_in_filter_snippet_validates_inside_a_plain_envoy(tmp_path):
         manager.pop(option)
     manager.update(snippet["connection_manager_options"])
     manager["access_log"] = [snippet["access_log"]]
+    (host,) = manager["route_config"]["virtual_hosts"]
+    others = [r for r in host["routes"] if "safe_regex" not in r["match"]]
+    host["routes"] = [snippet["operational_route"], *others]
     resources["clusters"].append(snippet["cluster"])
     result = validate(envoy_config.write(config, tmp_path / "with-snippet.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -10,6 +10,8 @@ import sys
 import urllib.request
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
@@ -92,13 +94,15 @@ def gateway(tmp_path_factory):
 
 
 def send(port: int, method: str, path: str, body: dict | bytes | None = None):
-    """One request with the path exactly as written; (status, headers, body)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    """One request with the path exactly as written; (status, headers, body). A body given
+    as bytes is sent as it is: the audio upload, or JSON already written."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {P2_KEY}"}
     raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body else None
     if raw is not None:
-        kind = "json" if not isinstance(body, bytes) else f"form-data; boundary={BOUNDARY}"
-        headers["Content-Type"] = f"application/{kind}" if kind == "json" else f"multipart/{kind}"
+        upload = raw.startswith(f"--{BOUNDARY}".encode())
+        kind = f"multipart/form-data; boundary={BOUNDARY}" if upload else "application/json"
+        headers["Content-Type"] = kind
     try:
         connection.request(method, path, raw, headers)
         response = connection.getresponse()
@@ -140,6 +144,32 @@ def test_core_only_no_p2_request_to_any_gpu_route_reaches_the_server(gateway):
         stack.config.mode("normal")
 
 
+def test_without_the_sidecar_envoy_still_refuses_the_engines_controls(gateway, tmp_path):
+    """Envoy fails open when the sidecar is unreachable; not onto the operational routes."""
+    stack, _listen, upstream = gateway
+    listen, admin = free_port(), free_port()
+    config = stack.envoy_config(listen, admin)
+    for cluster in config["static_resources"]["clusters"]:
+        (endpoints,) = cluster["load_assignment"]["endpoints"]
+        endpoints["lb_endpoints"] = endpoints["lb_endpoints"][:1]
+        address = endpoints["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        # Nobody listens for the sidecar; the model server is the recording one.
+        address["port_value"] = free_port() if cluster["name"] == "qos_sidecar" else upstream
+    envoy = start_envoy(config, tmp_path, admin, name="envoy-no-sidecar", concurrency=1)
+    try:
+        seen = len(recorded(upstream))
+        for path in OPERATIONAL:
+            for spelled in (path, f"{path}/", f"/.{path}?x=1", path.replace("/", "//")):
+                status, _headers, answer = send(listen, "POST", spelled, {})
+                assert status == 404, (spelled, answer)
+                assert json.loads(answer)["error"]["code"] == "route_not_found"
+        assert recorded(upstream)[seen:] == []
+        send(listen, "GET", "/v1/models")  # what fails open does reach it
+        assert len(recorded(upstream)) == seen + 1
+    finally:
+        envoy.stop()
+
+
 def test_in_normal_mode_every_spelling_is_charged_as_its_route(gateway):
     stack, listen, upstream = gateway
     for path, (kind, body) in CHARGED.items():
@@ -170,3 +200,70 @@ def test_unknown_posts_are_refused_in_the_openai_shape_unless_configured(gateway
         assert [r["path"] for r in recorded(upstream)[seen:]] == ["/v1/brand/new"]
     finally:
         stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
+
+
+odd_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+# Every field some reader of the table reads.
+READ_FIELDS = [
+    "model", "messages", "prompt", "input", "instructions", "max_tokens", "max_output_tokens",
+    "max_completion_tokens", "stream", "stream_options", "system", "tools", "content",
+    "previous_response_id", "inputs", "text", "input_ids", "token_ids", "parameters",
+    "sampling_params", "query", "documents", "priority",
+]  # fmt: skip
+DEEP = "__deep__"
+
+
+def deep_json(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+bodies = st.tuples(
+    st.sampled_from([p for p, (_, body) in CHARGED.items() if not isinstance(body, bytes)]),
+    st.dictionaries(st.sampled_from(READ_FIELDS), odd_values | st.just(DEEP), max_size=4),
+    st.sampled_from([0, 70, 100_000]),  # how deep a field nests, when it is DEEP
+    st.sampled_from([0, 10_001, 200_000]),  # items in a huge array given as messages
+)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(case=bodies)
+def test_fuzzed_bodies_are_refused_or_charged_never_let_in_uncharged(gateway, case):
+    stack, listen, upstream = gateway
+    path, changes, depth, items = case
+    body = {**CHARGED[path][1], **changes}
+    if items:
+        body["messages"] = [{"role": "user", "content": "x"}] * items
+    text = json.dumps(body)
+    if DEEP in text:
+        text = text.replace(json.dumps(DEEP), deep_json(depth or 70))
+    seen, before = len(recorded(upstream)), charged_total(stack)
+    status, headers, answer = send(listen, "POST", path, text.encode("utf-8"))
+    reached = recorded(upstream)[seen:]
+    if "x-qos-decision" in headers or status in (400, 413):  # the gateway's own refusal
+        assert reached == [], (path, status, answer[:200])
+        event(f"refused {status}")
+    else:
+        (entry,) = reached
+        assert entry["tier"] == "p2"  # decided and tagged...
+        assert charged_total(stack) > before  # ...and charged
+        event("admitted, charged")
+    assert decider_errors(stack) == 0
+
+
+def charged_total(stack) -> float:
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return sum(v for k, v in samples.items() if k.startswith("qos_admitted_cost_tokens_total{"))
+
+
+def decider_errors(stack) -> float:
+    return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_decider_errors_total{}"]

@@ -11,7 +11,7 @@ const SHORT = {
   shed_no_reports: "no reports", shed_core_only: "core-only", shed_forced: "by hand",
   tenant_rate_limited: "rate limit", cost_exceeds_burst: "over burst",
   prompt_too_long: "prompt too long", invalid_request: "invalid", unauthenticated: "no key",
-  model_not_found: "no model",
+  model_not_found: "no model", route_not_found: "no route",
 };
 const DASHES = ["", "7 4", "2 4", "10 3 2 3", "1 6"];
 const CHARTS = [
