@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sidecar.metrics import SidecarMetrics
 
 
-def admin_app(metrics: SidecarMetrics, is_ready: Callable[[], bool]) -> web.Application:
+def admin_app(metrics: SidecarMetrics, not_ready: Callable[[], str | None]) -> web.Application:
     """Health and metrics, open (bind the admin port to localhost or a private network);
     the dashboard adds its own routes, behind the admin token."""
 
@@ -18,9 +18,10 @@ def admin_app(metrics: SidecarMetrics, is_ready: Callable[[], bool]) -> web.Appl
         return web.Response(text="ok\n")
 
     async def readyz(_request: web.Request) -> web.Response:
-        if is_ready():
+        reason = not_ready()  # None: ready
+        if reason is None:
             return web.Response(text="ready\n")
-        return web.Response(status=503, text="draining\n")
+        return web.Response(status=503, text=f"not ready: {reason}\n")
 
     async def prometheus(_request: web.Request) -> web.Response:
         return web.Response(

@@ -45,6 +45,12 @@ class SidecarMetrics:
             "Version of the QoS configuration this sidecar has in force.",
             registry=self.registry,
         )
+        self.config_invalid = Gauge(
+            "qos_config_invalid",
+            "1 while the configuration document in Redis does not validate (the sidecar "
+            "keeps its last good version; one that started so is not ready).",
+            registry=self.registry,
+        )
         self.queue_wait_seconds = Histogram(
             "qos_queue_wait_seconds",
             "Time admitted requests waited in the admission queue for a slot.",

@@ -9,11 +9,25 @@ a cluster. A cluster is reached from any of its nodes; the client learns the res
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
 
 from sidecar.redis_multiplexed import MultiplexedRedis, understands
+
+
+def redacted(url: str) -> str:
+    """`url` with its password masked, to print or log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(a Redis URL that does not parse)"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def connect(url: str, cluster: bool = False, **options: Any) -> redis.Redis:

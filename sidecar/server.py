@@ -108,6 +108,7 @@ class SidecarServer:
         self.config_store = ConfigStore(self.redis)
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
+        self.metrics.config_invalid.set_function(lambda: float(self.watcher.problem is not None))
         reports = ReportStore(self.redis)
         sidecar_id = self.worker.owner if self.worker else secrets.token_hex(4)
         self.queue = AdmissionQueue(
@@ -277,7 +278,7 @@ class SidecarServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
         await self._grpc.start()
-        app = admin_app(self.metrics, lambda: self._ready)
+        app = admin_app(self.metrics, self._not_ready)
         add_dashboard_routes(app, self, self.admin_token)
         self._admin = web.AppRunner(app)
         await self._admin.setup()
@@ -300,6 +301,12 @@ class SidecarServer:
                 "decider": self.settings.decider,
             },
         )
+
+    def _not_ready(self) -> str | None:
+        """Why /readyz answers 503, or None when the sidecar is ready."""
+        if not self._ready:
+            return "draining"
+        return self.watcher.not_ready_because
 
     async def stop(self) -> None:
         """Drain: report NOT_SERVING, refuse new streams, let open ones finish in time."""

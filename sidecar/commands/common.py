@@ -53,6 +53,6 @@ def run_with_store(
         print(f"error: {error}", file=sys.stderr)
         return 2
     except redis.RedisError as error:
-        print(f"error: Redis at {args.redis_url}: {error}", file=sys.stderr)
+        print(f"error: Redis at {redis_connect.redacted(args.redis_url)}: {error}", file=sys.stderr)
         return 1
     return 0

@@ -16,8 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from sidecar.commands.common import CommandError, add_redis_argument, run_with_store
-from sidecar.config.schema import QosConfig, describe
-from sidecar.config.store import ConfigStore
+from sidecar.config.schema import QosConfig, deep_merge, describe
+from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +54,22 @@ def _validated(document: Any) -> QosConfig:
         raise CommandError(f"configuration refused: {error}") from None
 
 
+async def _loaded(store: ConfigStore) -> Snapshot:
+    """The configuration in force; one Redis holds that does not validate is reported
+    with what is wrong and how to repair it."""
+    try:
+        return await store.load()
+    except ConfigInvalid as error:
+        raise CommandError(f"{error}\n{REPAIR_HINT}") from None
+
+
 async def _show(store: ConfigStore, _args: argparse.Namespace) -> None:
-    snapshot = await store.load()
+    try:
+        snapshot = await store.load()
+    except ConfigInvalid as error:
+        # What Redis holds, to repair: the keys named below, or edit this and import it.
+        print(yaml.safe_dump(await store.stored_document(), sort_keys=False), end="")
+        raise CommandError(f"{error}\n{REPAIR_HINT}") from None
     print(f"# version {snapshot.version}, {len(snapshot.tenants)} tenants")
     print(yaml.safe_dump(_document(snapshot.config), sort_keys=False), end="")
 
@@ -65,7 +79,8 @@ OPEN_MAPS = (["routes"],)
 
 
 async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
-    document = _document((await store.load()).config)
+    # The document as stored, so that setting a key it holds wrongly repairs it.
+    document = deep_merge(_document(QosConfig()), await store.stored_document())
     path = args.key.split(".")
     node: Any = document
     for depth, part in enumerate(path[:-1]):
@@ -98,7 +113,7 @@ async def _import(store: ConfigStore, args: argparse.Namespace) -> None:
 
 
 async def _export(store: ConfigStore, args: argparse.Namespace) -> None:
-    document = _document((await store.load()).config)
+    document = _document((await _loaded(store)).config)
     if args.format == "json":
         json.dump(document, sys.stdout, indent=2)
         print()

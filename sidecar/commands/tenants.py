@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from sidecar.commands.common import CommandError, add_redis_argument, run_with_store
 from sidecar.config.schema import Tenant, Tier, describe
 from sidecar.config.store import ConfigStore
+from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.fairness.usage import read_tier_fairness
 
 KEY_PREFIX = "qsk-"
@@ -21,12 +22,24 @@ def new_api_key() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", help="add a tenant (or change its tier) and give it a key")
-    add.add_argument("name")
-    add.add_argument("--tier", required=True, choices=[t.value for t in Tier])
+    add = actions.add_parser(
+        "add", help="add a tenant and give it a key (--update: change an existing one)"
+    )
+    add.add_argument("name", help=f"the tenant's name: {NAME_RULE}")
+    add.add_argument("--tier", choices=[t.value for t in Tier], help="required for a new tenant")
     add.add_argument("--api-key", help="the key to accept; without it, one is made and printed")
     add.add_argument(
         "--no-key", action="store_true", help="no API key (the tenant is named by a trusted header)"
+    )
+    add.add_argument(
+        "--update",
+        action="store_true",
+        help="change an existing tenant: the options given, and a key beside its others",
+    )
+    add.add_argument(
+        "--move-key",
+        action="store_true",
+        help="take --api-key from the tenant that holds it (else that is refused)",
     )
     add.add_argument(
         "--rate",
@@ -37,16 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument(
         "--pool-rate",
         action="append",
-        default=[],
+        default=None,
         metavar="POOL=N",
         help="a budget of the tenant's own in one model pool, tokens a second, instead of "
         "its --rate there (repeat for more pools)",
     )
-    add.add_argument("--burst-seconds", type=float, default=0.5)
+    add.add_argument("--burst-seconds", type=float, help="its bucket's burst (default 0.5)")
     add.add_argument(
         "--weight",
         type=float,
-        default=1.0,
         help="its weight in the tier's fair shares while the tier is contended (default 1)",
     )
     add.set_defaults(run=lambda args: run_with_store(args, _add))
@@ -64,26 +76,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_redis_argument(sub)
 
 
+# What `tenants add` may change, by option.
+_FIELDS = ("tier", "rate_tokens_per_second", "pool_rates", "burst_seconds", "weight")
+
+
 async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
-    if not args.name or len(args.name) > 200 or any(c.isspace() for c in args.name):
-        raise CommandError("a tenant name is 1 to 200 characters without spaces")
     try:
-        tenant = Tenant(
-            tier=args.tier,
-            rate_tokens_per_second=args.rate_tokens_per_second,
-            pool_rates=_pool_rates(args.pool_rate),
-            burst_seconds=args.burst_seconds,
-            weight=args.weight,
+        check_name(args.name)
+    except TenantInvalid as error:
+        raise CommandError(str(error)) from None
+    existing = (await store.load()).tenants.get(args.name)
+    if existing is not None and not args.update:
+        raise CommandError(
+            f"tenant {args.name!r} exists (tier {existing.tier.value}, "
+            f"{await store.key_count(args.name)} keys); add --update to change it"
         )
+    if existing is None and args.update:
+        raise CommandError(f"no tenant named {args.name!r} to update")
+    given = {
+        "tier": args.tier,
+        "rate_tokens_per_second": args.rate_tokens_per_second,
+        "pool_rates": _pool_rates(args.pool_rate) if args.pool_rate is not None else None,
+        "burst_seconds": args.burst_seconds,
+        "weight": args.weight,
+    }
+    if existing is None and args.tier is None:
+        raise CommandError("a new tenant needs --tier")
+    before = existing.model_dump(mode="json") if existing else {}
+    fields = {**before, **{key: value for key, value in given.items() if value is not None}}
+    try:
+        tenant = Tenant.model_validate(fields)
     except ValidationError as error:
         raise CommandError(describe(error)) from None
     made = None
     api_key = args.api_key
-    if api_key is None and not args.no_key:
+    if api_key is None and not args.no_key and existing is None:
         api_key = made = new_api_key()
-    await store.put_tenant(args.name, tenant, api_key)
+    try:
+        put = await store.put_tenant_reporting(args.name, tenant, api_key, move_key=args.move_key)
+    except KeyHeld as held:
+        raise CommandError(f"{held}; --move-key to take it from {held.holder!r}") from None
+    except TenantInvalid as error:
+        raise CommandError(str(error)) from None
     if made:
         print(made)
+    if existing is not None:
+        after = tenant.model_dump(mode="json")
+        changes = [
+            f"{key} {_shown(before.get(key))} -> {_shown(after[key])}"
+            for key in _FIELDS
+            if before.get(key) != after[key]
+        ]
+        if api_key is not None:
+            changes.append(f"a key added ({await store.key_count(args.name)} keys)")
+        print(f"{args.name}: {', '.join(changes) or 'nothing changed'}")
+    if put.moved_from:
+        print(f"the key was moved from tenant {put.moved_from!r}")
+
+
+def _shown(value: object) -> str:
+    return "-" if value in (None, {}) else str(value)
 
 
 def _pool_rates(pairs: list[str]) -> dict[str, str]:

@@ -46,7 +46,10 @@ class FallbackKind(enum.StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # Numbers are finite: an infinity would be stored as null, a document no reader takes.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
 
 Positive = Annotated[float, Field(gt=0)]
@@ -379,7 +382,7 @@ class QosConfig(_Strict):
         """Validate `data` laid over the defaults: keys it omits keep their default."""
         if not isinstance(data, dict):
             raise ValueError("a config document is a mapping of keys to values")
-        return cls.model_validate(_deep_merge(cls().model_dump(mode="json"), data))
+        return cls.model_validate(deep_merge(cls().model_dump(mode="json"), data))
 
     def tier_rate(self, tier: Tier) -> float:
         """The tier's bucket refill rate in tokens a second."""
@@ -430,11 +433,11 @@ def describe(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -6,6 +6,9 @@ announced on a channel; sidecars reload on the announcement and also poll the ve
 so a missed message is caught within the poll interval.
 
     qos:{qos-config}:doc             the QosConfig document, JSON
+    qos:{qos-config}:doc-good        the last document written through ConfigStore (it
+                                     validated): what a sidecar started on a broken
+                                     document serves
     qos:{qos-config}:mode            the OperatorMode, JSON
     qos:{qos-config}:shares          tier shares set by the SLO controller per pool, JSON
                                      {pool: {tier: share}} (none: the document's own)
@@ -28,15 +31,24 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from sidecar.config import tenants
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
-from sidecar.config.schema import OperatorMode, QosConfig, Tenant, Tier
+from sidecar.config.schema import (
+    OperatorMode,
+    QosConfig,
+    Tenant,
+    Tier,
+    ValidationError,
+    describe,
+)
 from sidecar.config.switches import ModeChange
 from sidecar.routes.table import RouteTable
 from sidecar.routes.table import build as build_routes
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
+GOOD_DOC_KEY = f"{_PREFIX}:doc-good"
 MODE_KEY = f"{_PREFIX}:mode"
 SHARES_KEY = f"{_PREFIX}:shares"
 ADJUSTMENTS_KEY = f"{_PREFIX}:adjustments"
@@ -57,8 +69,20 @@ def hash_api_key(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
+REPAIR_HINT = (
+    "repair it with `qos-sidecar config set KEY VALUE` for each key named, "
+    "or `qos-sidecar config import FILE`"
+)
+
+
 class ConfigInvalid(ValueError):
-    """What Redis holds does not validate; the last good configuration stays in force."""
+    """What Redis holds does not validate; the last good configuration stays in force.
+    `fallback`: what to serve when there is none yet (the last document written through
+    the store, or the defaults, with the tenants and mode Redis holds)."""
+
+    def __init__(self, message: str, fallback: Snapshot | None = None) -> None:
+        super().__init__(message)
+        self.fallback = fallback
 
 
 @dataclass(frozen=True)
@@ -108,24 +132,44 @@ class ConfigStore:
     async def load(self) -> Snapshot:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY).get(MODE_KEY)
-            pipe.get(SHARES_KEY)
-            version, doc, tenants, mode, shares = await pipe.execute()
+            pipe.get(SHARES_KEY).get(GOOD_DOC_KEY)
+            version, doc, tenants, mode, shares, good = await pipe.execute()
         try:
-            config = QosConfig.model_validate_json(doc) if doc else QosConfig()
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
             }
             operator_mode = OperatorMode.model_validate_json(mode) if mode else OperatorMode()
             moved = _pool_shares(json.loads(shares)) if shares else None
         except (ValueError, KeyError) as error:
-            raise ConfigInvalid(f"the configuration in Redis is invalid: {error}") from error
+            raise ConfigInvalid(f"the tenants or mode in Redis are invalid: {error}") from error
+        try:
+            config = QosConfig.model_validate_json(doc) if doc else QosConfig()
+        except ValueError as error:
+            fallback = Snapshot(0, _last_good(good), parsed, operator_mode)
+            raise ConfigInvalid(
+                f"the configuration document in Redis does not validate:\n{_problems(error)}",
+                fallback,
+            ) from error
         return Snapshot(int(version or 0), config, parsed, operator_mode, moved)
+
+    async def stored_document(self) -> dict[str, Any]:
+        """The document as Redis holds it, valid or not ({} when it is not a JSON object),
+        for a change that repairs it."""
+        raw = await self._redis.get(DOC_KEY)
+        try:
+            document = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        return document if isinstance(document, dict) else {}
 
     async def save_config(self, config: QosConfig) -> int:
         """A new document; the controller starts again from its shares."""
 
+        document = config.model_dump_json()
+
         def change(pipe: Any) -> None:
-            pipe.set(DOC_KEY, config.model_dump_json())
+            pipe.set(DOC_KEY, document)
+            pipe.set(GOOD_DOC_KEY, document)
             pipe.delete(SHARES_KEY)
 
         return await self._change(change)
@@ -177,31 +221,49 @@ class ConfigStore:
             await self._change(lambda _pipe: None)  # only the version bump and announcement
         return bool(written)
 
-    async def put_tenant(self, name: str, tenant: Tenant, api_key: str | None = None) -> int:
-        def change(pipe: Any) -> None:
-            pipe.hset(TENANTS_KEY, name, tenant.model_dump_json())
-            if api_key is not None:
-                digest = hash_api_key(api_key)
-                pipe.hset(API_KEYS_KEY, digest, name)
-                pipe.sadd(tenant_keys_key(name), digest)
+    async def put_tenant(
+        self, name: str, tenant: Tenant, api_key: str | None = None, *, move_key: bool = False
+    ) -> int:
+        """Add or change a tenant, with a key for it (raises KeyHeld when another tenant
+        holds the key, unless `move_key`, and TenantInvalid for a bad name or key)."""
+        return (await self.put_tenant_reporting(name, tenant, api_key, move_key=move_key)).version
 
-        return await self._change(change)
+    async def put_tenant_reporting(
+        self, name: str, tenant: Tenant, api_key: str | None = None, *, move_key: bool = False
+    ) -> tenants.Put:
+        tenants.check_name(name)
+        if api_key is not None:
+            tenants.check_api_key(api_key)
+        digest = hash_api_key(api_key) if api_key is not None else ""
+        own = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY)
+        record = tenant.model_dump_json()
+        while True:
+            found = await self.tenant_hash(digest) if digest else None
+            holder = _text(found) if found is not None else None
+            holder_keys = tenant_keys_key(holder or name)
+            done = await tenants.put(
+                self._redis, own, holder_keys, name, record, digest, holder, move_key
+            )
+            if done is not None:
+                await self._redis.publish(CHANGED_CHANNEL, str(done.version))
+                return done
 
     async def remove_tenant(self, name: str) -> bool:
-        digests = await self._redis.smembers(tenant_keys_key(name))
-        existed = await self._redis.hexists(TENANTS_KEY, name)
+        keys = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY)
+        existed, version = await tenants.remove(self._redis, keys, name)
+        await self._redis.publish(CHANGED_CHANNEL, str(version))
+        return existed
 
-        def change(pipe: Any) -> None:
-            pipe.hdel(TENANTS_KEY, name)
-            if digests:
-                pipe.hdel(API_KEYS_KEY, *digests)
-            pipe.delete(tenant_keys_key(name))
-
-        await self._change(change)
-        return bool(existed)
+    async def tenant_hash(self, digest: str) -> bytes | None:
+        return await self._redis.hget(API_KEYS_KEY, digest)
 
     async def key_count(self, tenant: str) -> int:
-        return int(await self._redis.scard(tenant_keys_key(tenant)))
+        """The keys that let requests in as `tenant`: those its set names and it holds."""
+        digests = list(await self._redis.smembers(tenant_keys_key(tenant)))
+        if not digests:
+            return 0
+        holders = await self._redis.hmget(API_KEYS_KEY, digests)
+        return sum(1 for holder in holders if holder is not None and _text(holder) == tenant)
 
     async def tenant_for_key_hash(self, digest: str) -> str | None:
         name = await self._redis.hget(API_KEYS_KEY, digest)
@@ -215,6 +277,18 @@ class ConfigStore:
         version = int(results[-1])
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return version
+
+
+def _problems(error: ValueError) -> str:
+    return describe(error) if isinstance(error, ValidationError) else str(error)
+
+
+def _last_good(document: bytes | None) -> QosConfig:
+    """The last document the store wrote, or the defaults."""
+    try:
+        return QosConfig.model_validate_json(document) if document else QosConfig()
+    except ValueError:
+        return QosConfig()
 
 
 def _pool_shares(document: dict[str, Any]) -> dict[str, dict[Tier, float]]:

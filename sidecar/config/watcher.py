@@ -10,13 +10,24 @@ from collections.abc import Callable
 import redis.asyncio as redis
 
 from sidecar import redis_errors
-from sidecar.config.store import CHANGED_CHANNEL, ConfigInvalid, ConfigStore, Snapshot
+from sidecar.config.store import (
+    CHANGED_CHANNEL,
+    REPAIR_HINT,
+    ConfigInvalid,
+    ConfigStore,
+    Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
 
 class ConfigWatcher:
-    """`current` is the last good snapshot; it is replaced only by one that validates."""
+    """`current` is the last good snapshot; it is replaced only by one that validates.
+
+    A sidecar that starts while the stored document does not validate has no last good
+    version of its own: it serves the last document written through the store (or the
+    defaults) and is not `ready` until an operator repairs the document. `problem` says
+    what is wrong while Redis holds an invalid document, whether it started so or not."""
 
     def __init__(
         self, client: redis.Redis, poll_seconds: float = 0.5, initial: Snapshot | None = None
@@ -26,9 +37,30 @@ class ConfigWatcher:
         self._poll_seconds = poll_seconds
         self.current = initial or Snapshot(version=0)
         self.refused_version: int | None = None
+        self.problem: str | None = None
+        self._started_on_problem = False
+        # Until Redis has answered once, the sidecar runs on defaults and local budgets.
+        self.unreached: str | None = "Redis not asked yet"
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """False until Redis has answered once, and while the configuration it started on
+        could not be read: it runs on a stand-in until the document validates."""
+        return self.unreached is None and not self._started_on_problem
+
+    @property
+    def not_ready_because(self) -> str | None:
+        if self.unreached is not None:
+            return (
+                f"Redis not reached ({self.unreached}): the configuration is the defaults "
+                "and budgets are this sidecar's alone until it is"
+            )
+        if self._started_on_problem:
+            return f"{self.problem}\n{REPAIR_HINT}"
+        return None
 
     def on_change(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)
@@ -39,7 +71,8 @@ class ConfigWatcher:
             await self.refresh()
         except redis.RedisError as error:
             redis_errors.note("config")
-            log.warning("config not loaded, running on defaults: %s", error)
+            self.unreached = str(error) or type(error).__name__
+            log.error("config not loaded, running on defaults, NOT READY: %s", error)
         self._tasks = [
             asyncio.create_task(self._poll(), name="config-poll"),
             asyncio.create_task(self._listen(), name="config-listen"),
@@ -56,6 +89,7 @@ class ConfigWatcher:
         """Load the configuration if its version moved on since the last load."""
         async with self._lock:
             version = await self._store.version()
+            self.unreached = None
             if version in (self.current.version, self.refused_version):
                 return
             if version == 0 and self.current.version > 0:
@@ -72,8 +106,22 @@ class ConfigWatcher:
                 snapshot = await self._store.load()
             except ConfigInvalid as error:
                 self.refused_version = version
-                log.error("%s; keeping version %s", error, self.current.version)
-                return
+                self.problem = str(error)
+                if self.current.version == 0 and error.fallback is not None:
+                    self.current = snapshot = error.fallback
+                    self._started_on_problem = True
+                    log.error(
+                        "%s; serving the last document written through the CLI (or the "
+                        "defaults) and NOT READY until the document is repaired (%s)",
+                        error,
+                        REPAIR_HINT,
+                    )
+                else:
+                    log.error("%s; keeping version %s", error, self.current.version)
+                    return
+            else:
+                self.problem = None
+                self._started_on_problem = False
             self.current = snapshot
             log.info(
                 "config loaded",

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sidecar import redis_connect
 from sidecar.stack import envoy_config, readiness
 from sidecar.stack.admin_client import StackConfig
 from sidecar.stack.ports import free_port
 from sidecar.stack.processes import ManagedProcess, StackError
 from sidecar.stack.redis_servers import start_redis_cluster, start_redis_server
+
+# The sidecar reads its admin token here (settings.py), so it is on no command line.
+ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,8 @@ class Stack:
     def _start_redis(self) -> None:
         if self.options.redis_url:
             if not readiness.redis_ping(self.options.redis_url):
-                raise StackError(f"REDIS_URL={self.options.redis_url} does not answer PING")
+                where = redis_connect.redacted(self.options.redis_url)
+                raise StackError(f"REDIS_URL={where} does not answer PING")
             return
         if self.options.redis_cluster:
             ports = (self.options.redis_port, free_port(), free_port())
@@ -241,13 +246,12 @@ class Stack:
             start_sidecar(
                 self.options.work_dir,
                 self.redis_url,
-                # One argument: a token may start with "-", which argparse takes for a flag.
-                f"--admin-token={self.admin_token}",
                 *(["--redis-cluster"] if self.options.redis_cluster else []),
                 *self.options.sidecar_args,
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
                 name=name,
+                env={ADMIN_TOKEN_ENV: self.admin_token},
             ).process
         )
 
@@ -363,9 +367,12 @@ def start_sidecar(
     grpc_port: int = 0,
     admin_port: int = 0,
     python: str = sys.executable,
+    env: dict[str, str] | None = None,
 ) -> RunningSidecar:
     """`qos-sidecar serve` (on free ports unless given), ready when it returns; `python`:
-    another interpreter (a venv with other library versions, for the benches)."""
+    another interpreter (a venv with other library versions, for the benches). Secrets
+    (the Redis URL, which may hold a password; `env`'s) go in its environment, never on
+    its command line, where any local user reads them."""
     grpc_port = grpc_port or free_port()
     admin_port = admin_port or free_port()
     address = f"127.0.0.1:{grpc_port}"
@@ -382,11 +389,10 @@ def start_sidecar(
             str(grpc_port),
             "--admin-port",
             str(admin_port),
-            "--redis-url",
-            redis_url,
             *extra,
         ],
         work_dir / f"{name}.log",
+        env={"REDIS_URL": redis_url, **(env or {})},
     )
     process.start_ready(lambda: readiness.grpc_serving(address))
     return RunningSidecar(process, address, f"http://127.0.0.1:{admin_port}")

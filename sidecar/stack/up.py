@@ -11,6 +11,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar import redis_connect
 from sidecar.options import setting
 from sidecar.stack.processes import StackError
 from sidecar.stack.stack import Stack, StackOptions
@@ -96,10 +97,11 @@ def _print_endpoints(stack: Stack) -> None:
         ("Envoy admin", stack.envoy_admin_url, None),
         ("sidecar gRPC", stack.sidecar_grpc, "sidecar"),
         ("sidecar admin", stack.sidecar_admin_url, None),
-        ("ops dashboard", stack.dashboard_url, None),
+        ("ops dashboard", f"{stack.sidecar_admin_url}/dashboard", None),
+        ("  its token", f"in {_token_file(stack)}", None),
         (
             "Redis Cluster" if stack.options.redis_cluster else "Redis",
-            stack.redis_url,
+            redis_connect.redacted(stack.redis_url),
             stack.redis_process_name,
         ),
     ]
@@ -116,6 +118,15 @@ def _print_endpoints(stack: Stack) -> None:
         f"-d '{json.dumps(DEMO_REQUEST)}'",
         flush=True,
     )
+
+
+def _token_file(stack: Stack) -> Path:
+    """The dashboard's token, in a file only this user reads: never printed."""
+    path = stack.options.work_dir / "admin-token"
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(stack.admin_token + "\n")
+    return path
 
 
 def _demo(stack: Stack) -> None:

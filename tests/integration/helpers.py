@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ __all__ = [
     "budgets_local",
     "chat_once",
     "decision_count",
+    "readyz",
     "scrape",
     "sidecar_config_version",
     "stack_with_tenant",
@@ -143,3 +145,12 @@ class SteadyLoad:
         while not self._stop.is_set():
             self.results.append(await self._send(self._session))
             await asyncio.sleep(0.02)
+
+
+def readyz(admin_url: str) -> tuple[int, str]:
+    """/readyz's status and body."""
+    try:
+        with urllib.request.urlopen(f"{admin_url}/readyz", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sidecar.cli import main
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import DOC_KEY, VERSION_KEY, ConfigStore, hash_api_key
 from sidecar.config.watcher import ConfigWatcher
+from sidecar.stack.admin_client import scrape
+from tests.integration.helpers import readyz
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +165,197 @@ async def test_a_watcher_follows_changes_and_keeps_the_last_good_config(aredis):
         assert watcher.current is good
     finally:
         await watcher.stop()
+
+
+@pytest.mark.parametrize("value", ["1e309", ".inf", ".nan", "inf", "[1e309]"])
+def test_non_finite_numbers_are_refused_naming_the_key(cli, redis_url, value):
+    for key in ("fleet.capacity_tokens_per_second", "tiers.p0.burst_seconds"):
+        refused = cli(redis_url, "config", "set", key, value)
+        assert refused.returncode == 2 and key in refused.stderr, refused
+    assert cli(redis_url, "config", "show").returncode == 0
+
+
+def test_a_document_broken_behind_the_cli_is_reported_and_repaired_by_set(cli, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    document = QosConfig().model_dump(mode="json")
+    document["fleet"]["capacity_tokens_per_second"] = None  # what an infinity was stored as
+    client.set("qos:{qos-config}:doc", json.dumps(document))
+    shown = cli(redis_url, "config", "show")
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    assert "fleet.capacity_tokens_per_second" in shown.stderr and "config set" in shown.stderr
+    assert "capacity_tokens_per_second: null" in shown.stdout  # what Redis holds, to edit
+    exported = cli(redis_url, "config", "export")
+    assert exported.returncode == 2 and "fleet.capacity_tokens_per_second" in exported.stderr
+    repaired = cli(redis_url, "config", "set", "fleet.capacity_tokens_per_second", "5000")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "capacity_tokens_per_second: 5000.0" in cli(redis_url, "config", "show").stdout
+    client.close()
+
+
+def test_a_sidecar_started_on_a_broken_document_is_not_ready_until_it_is_repaired(
+    cli, redis_url, sidecars
+):
+    set_capacity = cli(redis_url, "config", "set", "fleet.capacity_tokens_per_second", "1000")
+    assert set_capacity.returncode == 0
+    client = redis.Redis.from_url(redis_url)
+    document = json.loads(client.get(DOC_KEY))
+    document["fleet"]["capacity_tokens_per_second"] = None
+    client.set(DOC_KEY, json.dumps(document))
+    client.incr(VERSION_KEY)
+    sidecar = sidecars()
+    status, body = readyz(sidecar.admin_url)
+    assert status == 503 and "fleet.capacity_tokens_per_second" in body and "config set" in body
+    samples = scrape(f"{sidecar.admin_url}/metrics")
+    assert samples["qos_config_invalid{}"] == 1
+    # It serves the last document written through the CLI: P0's 60 % of 1 000.
+    assert samples['qos_tier_rate_tokens_per_second{tier="p0"}'] == pytest.approx(600)
+    assert "NOT READY" in sidecar.process.log_path.read_text()
+    repaired = cli(redis_url, "config", "set", "fleet.capacity_tokens_per_second", "9000")
+    assert repaired.returncode == 0
+    deadline = time.monotonic() + 10
+    while readyz(sidecar.admin_url)[0] != 200:
+        assert time.monotonic() < deadline, "still not ready after the repair"
+        time.sleep(0.05)
+    assert scrape(f"{sidecar.admin_url}/metrics")["qos_config_invalid{}"] == 0
+    client.close()
+
+
+def leaf_keys(document: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in document.items():
+        path = f"{prefix}{key}"
+        keys += leaf_keys(value, f"{path}.") if isinstance(value, dict) and value else [path]
+    return keys
+
+
+CONFIG_KEYS = leaf_keys(QosConfig().model_dump(mode="json"))
+yaml_values = st.one_of(
+    st.sampled_from(["1e309", ".inf", ".nan", "inf", "nan", "null", "~", "[]", "{}", "''"]),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats().map(repr),
+    st.text(max_size=30).map(json.dumps),
+    st.text(alphabet="abc:-{}[]&*!|>'\" \n", max_size=30),
+    st.just("x" * 100_000),
+    st.lists(st.floats() | st.integers() | st.text(max_size=5), max_size=4).map(json.dumps),
+)
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+def assert_config_whole(cli, redis_url):
+    shown = cli(redis_url, "config", "show")
+    assert shown.returncode == 0, shown.stderr
+    stored = redis.Redis.from_url(redis_url).get(DOC_KEY)
+    assert stored is None or QosConfig.model_validate_json(stored)
+
+
+@FUZZ
+@given(key=st.sampled_from([*CONFIG_KEYS, "routes./v1/x", "fleet.bogus"]), value=yaml_values)
+def test_fuzzed_config_sets_leave_a_valid_document_and_name_the_key(cli, redis_url, key, value):
+    if value.startswith("-"):
+        value = f" {value}"  # not an option; YAML reads past the space
+    result = cli(redis_url, "config", "set", key, value)
+    if result.returncode != 0:
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert key.split(".")[0] in result.stderr, (key, value, result.stderr)
+    assert_config_whole(cli, redis_url)
+
+
+@FUZZ
+@given(
+    document=st.dictionaries(
+        st.sampled_from(["fleet", "tiers", "media", "routes", "slo", "bogus"]),
+        st.dictionaries(st.text(max_size=12), st.sampled_from([1e309, float("nan"), -1, "x", None]))
+        | st.floats(),
+        max_size=3,
+    )
+)
+def test_fuzzed_imports_leave_a_valid_document(cli, redis_url, tmp_path_factory, document):
+    path = tmp_path_factory.mktemp("import") / "qos.json"
+    path.write_text(json.dumps(document))  # Python writes Infinity and NaN, which YAML reads
+    result = cli(redis_url, "config", "import", str(path))
+    if result.returncode != 0:
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert "configuration refused" in result.stderr or str(path) in result.stderr
+    assert_config_whole(cli, redis_url)
+
+
+def listed(cli, redis_url) -> dict[str, list[str]]:
+    lines = cli(redis_url, "tenants", "list").stdout.splitlines()[1:]
+    return {line.split()[0]: line.split()[1:] for line in lines}
+
+
+def redis_keys(client: redis.Redis) -> dict[str, str]:
+    """Which tenant each stored key hash lets in, as Redis has it."""
+    return {d.decode(): t.decode() for d, t in client.hgetall("qos:{qos-config}:apikeys").items()}
+
+
+def test_a_key_belongs_to_one_tenant(cli, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    assert (
+        cli(redis_url, "tenants", "add", "victim", "--tier", "p1", "--api-key", "K1").returncode
+        == 0
+    )
+    taken = cli(redis_url, "tenants", "add", "evil", "--tier", "p0", "--api-key", "K1")
+    assert taken.returncode == 2 and "'victim'" in taken.stderr and "--move-key" in taken.stderr
+    assert redis_keys(client) == {hash_api_key("K1"): "victim"}
+    assert "evil" not in listed(cli, redis_url)  # nothing half-written
+    assert listed(cli, redis_url)["victim"][-1] == "1"
+    # Moving it is said, and the list stays true to Redis.
+    moved = cli(
+        redis_url, "tenants", "add", "evil", "--tier", "p0", "--api-key", "K1", "--move-key"
+    )
+    assert moved.returncode == 0 and "moved from tenant 'victim'" in moved.stdout
+    assert redis_keys(client) == {hash_api_key("K1"): "evil"}
+    assert listed(cli, redis_url)["victim"][-1] == "0" and listed(cli, redis_url)["evil"][-1] == "1"
+    client.close()
+
+
+def test_removing_a_tenant_revokes_only_its_own_keys(cli, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    cli(redis_url, "tenants", "add", "victim", "--tier", "p1", "--api-key", "K1")
+    cli(redis_url, "tenants", "add", "other", "--tier", "p2", "--api-key", "K2")
+    # A key both tenants' sets name (as an older release could leave it): victim holds it.
+    client.sadd("qos:{qos-config}:tenant-keys:other", hash_api_key("K1"))
+    assert cli(redis_url, "tenants", "remove", "other").returncode == 0
+    assert redis_keys(client) == {hash_api_key("K1"): "victim"}
+    assert listed(cli, redis_url) == {"victim": ["p1", "-", "1", "1"]}
+    client.close()
+
+
+def test_adding_an_existing_name_needs_update_and_says_what_changes(cli, redis_url):
+    cli(redis_url, "tenants", "add", "shop", "--tier", "p1", "--api-key", "S1", "--rate", "300")
+    again = cli(redis_url, "tenants", "add", "shop", "--tier", "p0", "--api-key", "S2")
+    assert again.returncode == 2 and "--update" in again.stderr
+    assert listed(cli, redis_url)["shop"][:2] == ["p1", "300"]
+    update = ["tenants", "add", "shop", "--update", "--tier", "p0", "--api-key", "S2"]
+    changed = cli(redis_url, *update)
+    assert changed.returncode == 0, changed.stderr
+    assert "tier p1 -> p0" in changed.stdout and "a key added (2 keys)" in changed.stdout
+    assert listed(cli, redis_url)["shop"] == ["p0", "300", "1", "2"]  # the rate was kept
+    gone = cli(redis_url, "tenants", "add", "nobody", "--update", "--tier", "p1")
+    assert gone.returncode == 2 and "no tenant named 'nobody'" in gone.stderr
+
+
+@pytest.mark.parametrize(
+    "name,key,refused",
+    [
+        ("evil\u202egnp", "K9", "tenant name"),
+        ("with space", "K9", "tenant name"),
+        (".dot", "K9", "tenant name"),
+        ("x" * 129, "K9", "tenant name"),
+        ("fine", "", "API key"),
+        ("fine", "has space", "API key"),
+        ("fine", "k\u00e9y", "API key"),
+        ("fine", "k" * 513, "API key"),
+    ],
+)
+def test_odd_names_and_keys_are_refused(cli, redis_url, name, key, refused):
+    result = cli(redis_url, "tenants", "add", name, "--tier", "p1", "--api-key", key)
+    assert result.returncode == 2 and refused in result.stderr, result
+    assert listed(cli, redis_url) == {}
+    assert redis_keys(redis.Redis.from_url(redis_url)) == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 
 import grpc
 import pytest
@@ -13,7 +14,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.extproc.client import ExtProcClient
 from sidecar.stack import readiness
-from tests.integration.helpers import scrape, wait_until
+from sidecar.stack.ports import free_port
+from sidecar.stack.redis_servers import start_redis_server
+from sidecar.stack.stack import start_sidecar
+from tests.integration.helpers import readyz, scrape, wait_until
 from tests.unit.test_exchange import BODY, request_body, request_headers
 
 pytestmark = pytest.mark.integration
@@ -95,3 +99,35 @@ async def test_on_uvloop_the_sidecar_decides_as_on_asyncio(sidecars):
     shed = [answer.immediate_response for answer in answers]
     assert [r.details for r in shed] == ["qos_shed_no_reports"] * 2
     assert shed[0].status == shed[1].status and shed[0].headers == shed[1].headers
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss"])
+def test_a_sidecar_that_cannot_reach_or_verify_redis_is_not_ready(tmp_path, scheme):
+    """No Redis on the port; then one that speaks no TLS to a rediss:// URL (a certificate
+    that cannot be verified): not ready, saying why, until Redis answers."""
+    port = free_port()
+    url = f"{scheme}://127.0.0.1:{port}/0"
+    running = start_sidecar(tmp_path, url, "--decider", "admit-all", name=f"lonely-{scheme}")
+    try:
+        status, body = readyz(running.admin_url)
+        assert status == 503 and "Redis not reached" in body and "budgets" in body
+        if scheme == "rediss":
+            server = start_redis_server(tmp_path, port)
+            try:
+                deadline = time.monotonic() + 2
+                while time.monotonic() < deadline:  # several config polls
+                    assert readyz(running.admin_url)[0] == 503
+                    time.sleep(0.1)
+            finally:
+                server.stop()
+            return
+        server = start_redis_server(tmp_path, port)
+        try:
+            deadline = time.monotonic() + 10
+            while readyz(running.admin_url)[0] != 200:
+                assert time.monotonic() < deadline, "never ready once Redis answered"
+                time.sleep(0.05)
+        finally:
+            server.stop()
+    finally:
+        running.process.stop()

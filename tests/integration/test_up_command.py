@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,7 +14,9 @@ import urllib.request
 
 import pytest
 
+from sidecar.stack import readiness
 from sidecar.stack.ports import free_port
+from sidecar.stack.processes import ManagedProcess
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +42,8 @@ def free_port_pair() -> int:
     raise AssertionError("no two consecutive free ports")
 
 
-def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
-    listen = free_port()
-    argv = [
+def up_argv(tmp_path, listen: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "sidecar",
@@ -66,17 +68,26 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
         "--log-dir",
         str(tmp_path),
     ]
+
+
+def output_until_up(up: subprocess.Popen) -> str:
+    lines = []
+    for line in up.stdout:
+        lines.append(line)
+        if "Ctrl-C stops everything" in line or "did not start" in line:
+            break
+    return "".join(lines)
+
+
+def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
+    listen = free_port()
+    argv = up_argv(tmp_path, listen)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     up = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
-    lines = []
     try:
-        for line in up.stdout:
-            lines.append(line)
-            if "Ctrl-C stops everything" in line or "did not start" in line:
-                break
-        output = "".join(lines)
+        output = output_until_up(up)
         assert "qos-sidecar stack is up" in output, output
         assert "finish_reason=length" in output  # the demo's answer
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
@@ -101,3 +112,53 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
     assert up.returncode == 0, rest
     assert "stopped" in rest
     assert [p for p in pids if alive(p)] == []
+
+
+def command_lines() -> str:
+    """Every process's command line on this machine, as any local user reads them."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    found.append(cmdline.read().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:  # gone meanwhile
+                continue
+    return "\n".join(found)
+
+
+def test_up_puts_no_password_or_token_on_a_command_line_or_in_its_output(tmp_path):
+    password = "s3cret-" + os.urandom(6).hex()
+    port = free_port()
+    config = tmp_path / "redis.conf"  # the password in a file: not on redis-server's line
+    config.write_text(f"port {port}\nbind 127.0.0.1\nsave ''\nrequirepass {password}\n")
+    redis = ManagedProcess(
+        "redis-pw", [shutil.which("redis-server"), str(config)], tmp_path / "r.log"
+    )
+    redis.start_ready(lambda: readiness.redis_ping(f"redis://:{password}@127.0.0.1:{port}/0"))
+    env = {**os.environ, "REDIS_URL": f"redis://:{password}@127.0.0.1:{port}/0"}
+    up = subprocess.Popen(
+        up_argv(tmp_path, free_port()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        output = output_until_up(up)
+        assert "finish_reason=length" in output, output  # it works through that Redis
+        token_file = tmp_path / "admin-token"
+        token = token_file.read_text().strip()
+        assert len(token) >= 20 and oct(token_file.stat().st_mode & 0o777) == "0o600"
+        lines = command_lines()
+        assert password not in output and token not in output
+        assert password not in lines and token not in lines
+        assert ":***@" in output  # the Redis row, masked
+        up.send_signal(signal.SIGTERM)
+        rest, _ = up.communicate(timeout=60)
+        assert password not in rest and token not in rest
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        redis.stop()

@@ -1,0 +1,26 @@
+-- A tenant's record and its API key, together (sidecar/config/tenants.py).
+-- KEYS: tenants hash, api-keys hash, the tenant's key set, version, the set of the key's
+--       holder as read before the call (the tenant's own when none)
+-- ARGV: name, tenant JSON, key digest ('' for none), holder read before ('' for none),
+--       '1' to move the key from its holder
+-- -> {'ok', version} | {'held', holder} | {'retry'} (the holder changed meanwhile)
+local name, digest, expected = ARGV[1], ARGV[3], ARGV[4]
+local holder = false
+if digest ~= '' then
+  holder = redis.call('HGET', KEYS[2], digest)
+end
+if (holder or '') ~= expected then
+  return {'retry'}
+end
+if holder and holder ~= name and ARGV[5] ~= '1' then
+  return {'held', holder}
+end
+redis.call('HSET', KEYS[1], name, ARGV[2])
+if digest ~= '' then
+  if holder and holder ~= name then
+    redis.call('SREM', KEYS[5], digest)
+  end
+  redis.call('HSET', KEYS[2], digest, name)
+  redis.call('SADD', KEYS[3], digest)
+end
+return {'ok', redis.call('INCR', KEYS[4])}
