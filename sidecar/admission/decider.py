@@ -210,9 +210,10 @@ class AdmissionDecider:
         self, request: _Request, pool_state: SheddingState, held: HeldAdmission | None
     ) -> Decision:
         """Take the request's cost from its budgets (one Redis call), then a slot."""
-        cost = request.charge.reserved
         capacity = pool_state.capacity(request.pool)  # follows the pods that say theirs
         buckets = _buckets(request.snapshot, request.identity, request.pool, capacity)
+        request = _within(request, buckets)
+        cost = request.charge.reserved
         try:
             verdict = await self._limiter.acquire(cost, buckets, held and held.load)
             self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
@@ -227,11 +228,7 @@ class AdmissionDecider:
             return await self._take_slot(_reserved(request, buckets))
         refused = buckets[verdict.refused or 0]
         if verdict.retry_after is None:
-            raise Refusal(
-                Reason.COST_EXCEEDS_BURST,
-                f"This request costs {cost:.0f} budget tokens, more than the "
-                f"{refused.burst:.0f} its budget can ever hold. Shorten the prompt.",
-            )
+            raise _too_big(request, cost, verdict.refused or 0, refused)
         if verdict.refused and verdict.refused > 0:  # the tenant's own bucket
             raise Refusal(
                 Reason.TENANT_RATE_LIMITED,
@@ -390,6 +387,38 @@ def _charged(decision: Decision, request: _Request) -> Decision:
     return decision
 
 
+def _within(request: _Request, buckets: list[BucketSpec]) -> _Request:
+    """The request reserving no more than its smallest bucket holds (the rest of its cost
+    is owed when its answer is settled); refused when its prompt alone is more."""
+    index, smallest = min(enumerate(buckets), key=lambda pair: pair[1].burst)
+    charge = dataclasses.replace(request.charge, ceiling=smallest.burst)
+    if charge.prompt_cost > smallest.burst:
+        raise _too_big(request, charge.prompt_cost, index, smallest)
+    return dataclasses.replace(request, charge=charge)
+
+
+def _too_big(request: _Request, cost: float, index: int, bucket: BucketSpec) -> Refusal:
+    """A prompt no burst of this budget holds: the message names the bucket, its size
+    and the burst that would admit it."""
+    seconds = cost / bucket.rate
+    if index > 0:  # the tenant's own bucket
+        whose = f"tenant {request.identity.tenant_label}'s budget"
+        fix = (
+            f"`qos-sidecar tenants add {request.identity.tenant_label} --update "
+            f"--burst-seconds {seconds:.2g}`"
+        )
+    else:
+        whose = f"tier {request.tier.value}'s budget"
+        fix = f"tiers.{request.tier.value}.burst_seconds {seconds:.2g}"
+    return Refusal(
+        Reason.COST_EXCEEDS_BURST,
+        f"This request's prompt costs {cost:.0f} budget tokens, more than the "
+        f"{bucket.burst:.0f} {whose} can ever hold ({bucket.rate:g} tokens/s, "
+        f"{bucket.burst / bucket.rate:g} s of burst). Shorten the prompt, or give the "
+        f"budget a burst of {seconds:.2g} s: {fix}.",
+    )
+
+
 def _waiting_key(refused: BucketSpec) -> str:
     """Whom a request waits behind: those of its bucket or, in a tier shared fairly, those
     of its own tenant (a tenant over its share waits for what lies above the tier's
@@ -410,16 +439,19 @@ def _buckets(
     snapshot: Snapshot, identity: Identity, pool: Pool, capacity: float
 ) -> list[BucketSpec]:
     tier = identity.tier
+    settings = pool.tiers[tier]
     rate = snapshot.share(tier, pool) * capacity
-    burst = rate * pool.tiers[tier].burst_seconds
+    burst = rate * settings.burst_seconds
     tenant = snapshot.tenants.get(identity.tenant or "")
     fair = _fair_share(snapshot, identity, tenant, pool, burst)
-    buckets = [BucketSpec(tier_bucket_key(tier.value, pool.name), rate, burst, fair)]
+    debt = settings.max_debt_seconds
+    buckets = [BucketSpec(tier_bucket_key(tier.value, pool.name), rate, burst, fair, rate * debt)]
     if tenant is not None:
         tenant_rate, kept_for = tenant.rate_in(pool.name)
         if tenant_rate is not None:
             key = tenant_bucket_key(tier.value, identity.tenant_label, kept_for)
-            buckets.append(BucketSpec(key, tenant_rate, tenant_rate * tenant.burst_seconds))
+            tenant_burst = tenant_rate * tenant.burst_seconds
+            buckets.append(BucketSpec(key, tenant_rate, tenant_burst, debt=tenant_rate * debt))
     return buckets
 
 

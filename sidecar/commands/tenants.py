@@ -151,7 +151,8 @@ def _pool_rates(pairs: list[str]) -> dict[str, str]:
 async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
     snapshot = await store.load()
     print(
-        f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'WEIGHT':>7} {'KEYS':>5}  POOL RATES"
+        f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'BURST (s)':>9} {'WEIGHT':>7} "
+        f"{'KEYS':>5}  POOL RATES"
     )
     for name in sorted(snapshot.tenants):
         tenant = snapshot.tenants[name]
@@ -160,7 +161,10 @@ async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
         )
         keys = await store.key_count(name)
         pools = " ".join(f"{pool}={value:g}" for pool, value in sorted(tenant.pool_rates.items()))
-        line = f"{name:<24} {tenant.tier.value:<5} {rate:>16} {tenant.weight:>7g} {keys:>5}"
+        line = (
+            f"{name:<24} {tenant.tier.value:<5} {rate:>16} {tenant.burst_seconds:>9g} "
+            f"{tenant.weight:>7g} {keys:>5}"
+        )
         print(f"{line}  {pools}".rstrip())
 
 

@@ -71,6 +71,9 @@ class TierConfig(_Strict):
     # The output reserved when the client sets no max_tokens (else its max_tokens is).
     expected_output_tokens: Annotated[int, Field(ge=1)] = 256
     burst_seconds: Positive = 0.5
+    # A request reserves at most what its buckets hold; what its answer cost beyond that
+    # is owed after it, as a debt of at most this many seconds of the bucket's rate.
+    max_debt_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
     max_tokens_cap: Annotated[int, Field(ge=1)] | None = None
     max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
     # Whether an exhausted budget sheds this tier. P0 is never shed for budget: it is

@@ -32,10 +32,17 @@ class BucketSpec:
     rate: float  # tokens a second
     burst: float  # tokens
     fair: FairShare | None = None  # a tier's bucket shared fairly by its tenants
+    # How deep a settlement may take it below zero, in tokens (None: one burst). A
+    # request reserves at most a burst; what its answer cost beyond is owed here.
+    debt: float | None = None
 
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.burst <= 0:
             raise ValueError(f"bucket {self.key}: rate and burst must be positive")
+
+    @property
+    def max_debt(self) -> float:
+        return self.burst if self.debt is None else max(self.burst, self.debt)
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,8 @@ class Limiter(Protocol):
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         """Give `delta` back to every bucket (negative: take it, into debt down to minus
-        one burst): a finished request's real cost against what it reserved. Returns the
-        first bucket's level after it (None when not known)."""
+        its max_debt): a finished request's real cost against what it reserved. Returns
+        the first bucket's level after it (None when not known)."""
         ...
 
 

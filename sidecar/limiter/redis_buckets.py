@@ -77,7 +77,7 @@ class RedisTokenBuckets:
         keys = [b.key for b in buckets]
         args: list[float | str] = [delta]
         for bucket in buckets:
-            args += [bucket.rate, bucket.burst]
+            args += [bucket.rate, bucket.burst, bucket.max_debt]
         fair = buckets[0].fair if buckets else None
         if fair is not None:  # what the tenant was served, in its tier's fair shares
             keys.append(fair.state_key)

@@ -64,13 +64,13 @@ class LocalTokenBuckets:
         return Verdict(True, remaining=levels[0] - cost)
 
     def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
-        """settle.lua's arithmetic: refill, add `delta`, keep within [-burst, burst]."""
+        """settle.lua's arithmetic: refill, add `delta`, keep within [-max debt, burst]."""
         now = self._clock()
         levels = []
         for bucket in buckets:
             tokens, at = self._state.get(bucket.key, (bucket.burst, now))
             tokens = min(bucket.burst, tokens + max(0.0, now - at) * bucket.rate)
-            levels.append(max(-bucket.burst, min(bucket.burst, tokens + delta)))
+            levels.append(max(-bucket.max_debt, min(bucket.burst, tokens + delta)))
             self._state[bucket.key] = (levels[-1], now)
         return levels[0] if levels else None
 
@@ -136,7 +136,10 @@ class ResilientLimiter:
     def _my_share(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
         """Each bucket cut to this sidecar's share of it, while budgets are local."""
         share = max(1, self._sidecars_alive())
-        return [BucketSpec(b.key, b.rate / share, b.burst / share) for b in buckets]
+        return [
+            BucketSpec(b.key, b.rate / share, b.burst / share, debt=b.max_debt / share)
+            for b in buckets
+        ]
 
     def _go_local(self, error: Exception) -> None:
         self.degraded = True

@@ -2,14 +2,17 @@
 --
 -- KEYS[i]        a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
 -- ARGV[1]        tokens to give back (negative: to take, a debt)
--- ARGV[2i], ARGV[2i+1]   rate (tokens/s) and burst (tokens) of KEYS[i]
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1]   rate (tokens/s), burst and most debt (tokens) of
+--                KEYS[i]
 --
 -- Each bucket is refilled to now first (bucket_level.lua, loaded before this). The
--- level stays within [-burst, burst]: a bucket in debt admits nothing until it has
--- refilled past the next request's cost, and a debt is bounded by one burst, so one
--- runaway answer cannot lock a tenant out for long.
+-- level stays within [-debt, burst]: a bucket in debt admits nothing until it has
+-- refilled past the next request's cost. A request reserves at most what its buckets
+-- hold; the rest of what its answer cost is owed here, within the debt bound (the
+-- tier's max_debt_seconds of rate), so one runaway answer cannot lock a tenant out
+-- for longer than that.
 --
--- Optional, after the pairs: 'fair', tenant, window (ms), with the tier's fair-share
+-- Optional, after the triples: 'fair', tenant, window (ms), with the tier's fair-share
 -- state (hash) as the last KEYS: what the tenant was served (token_bucket.lua) is
 -- corrected by the same difference, so a refund counts in its share too.
 --
@@ -18,17 +21,18 @@
 local delta = tonumber(ARGV[1])
 local n = #KEYS
 local fair
-if #ARGV > 1 + 2 * n then  -- the 'fair' group, and its key
+if ARGV[#ARGV - 2] == 'fair' then  -- the 'fair' group, and its key
   n = n - 1
-  fair = {state = KEYS[n + 1], tenant = ARGV[2 * n + 3], window = tonumber(ARGV[2 * n + 4])}
+  fair = {state = KEYS[n + 1], tenant = ARGV[#ARGV - 1], window = tonumber(ARGV[#ARGV])}
 end
 local first
 
 for i = 1, n do
-  local rate = tonumber(ARGV[2 * i])
-  local burst = tonumber(ARGV[2 * i + 1])
+  local rate = tonumber(ARGV[3 * i - 1])
+  local burst = tonumber(ARGV[3 * i])
+  local debt = tonumber(ARGV[3 * i + 1])
   local tokens = refilled(KEYS[i], rate, burst)
-  tokens = math.max(-burst, math.min(burst, tokens + delta))
+  tokens = math.max(-debt, math.min(burst, tokens + delta))
   store(KEYS[i], tokens, rate, burst)
   first = first or tokens
 end

@@ -3,11 +3,13 @@
 cost = prompt tokens * weight + output tokens * output_weight
 
 At admission the output is not known: the request reserves the most it asked for, its
-max_tokens (after the tier's cap), or the tier's expected_output_tokens when it set none.
-When the exchange ends the real counts (the answer's usage, or an estimate) give the
-real cost; the difference is given back to the buckets or taken from them (a debt).
-Reserving what was asked for keeps a tenant to its rate even while its answers are
-still being generated.
+max_tokens (after the tier's cap), or the tier's expected_output_tokens when it set none,
+but never more than its buckets can hold (the smallest burst): a tenant whose burst is
+smaller than its usual max_tokens is still served. When the exchange ends the real
+counts (the answer's usage, or an estimate) give the real cost; the difference is given
+back to the buckets or taken from them (a debt, bounded by the tier's max_debt_seconds
+of rate). Reserving what was asked for keeps a tenant to its rate even while its
+answers are still being generated; the debt keeps it there when they cost more.
 """
 
 from __future__ import annotations
@@ -27,10 +29,23 @@ class Charge:
     expected_output: int
     weight: float
     output_weight: float
+    # What the request's buckets hold at most: it reserves no more (None: not known yet),
+    # and owes the rest of its real cost when it is settled.
+    ceiling: float | None = None
+
+    @property
+    def asked(self) -> float:
+        """Its prompt and the output it asked for, whole."""
+        return self.cost(self.prompt_tokens, self.expected_output)
+
+    @property
+    def prompt_cost(self) -> float:
+        return self.cost(self.prompt_tokens, 0)
 
     @property
     def reserved(self) -> float:
-        return self.cost(self.prompt_tokens, self.expected_output)
+        asked = self.asked
+        return asked if self.ceiling is None else min(asked, self.ceiling)
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> float:
         return prompt_tokens * self.weight + output_tokens * self.output_weight

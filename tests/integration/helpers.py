@@ -21,6 +21,7 @@ __all__ = [
     "budgets_local",
     "chat_once",
     "decision_count",
+    "flood",
     "readyz",
     "scrape",
     "sidecar_config_version",
@@ -154,3 +155,28 @@ def readyz(admin_url: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+async def flood(
+    url: str, seconds: float, body: dict, key: str, clients: int = 8, pause: float = 0.02
+) -> list[dict]:
+    """`clients` asking as fast as they are let for `seconds`, each pausing `pause` after
+    a refusal: the usage of every answer whose request was admitted in that time."""
+    usages: list[dict] = []
+    deadline = time.monotonic() + seconds
+
+    async def client(session):
+        while time.monotonic() < deadline:
+            async with session.post(
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            ) as response:
+                answer = await response.json()
+                if response.status == 429:  # over its rate: refused at once
+                    await asyncio.sleep(pause)  # pacing, so refusals do not spin
+                    continue
+                assert response.status == 200, answer
+                usages.append(answer["usage"])
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+    return usages

@@ -83,7 +83,7 @@ def test_tenants_add_list_remove_and_keys_are_stored_hashed(cli, redis_url):
     listing = cli(redis_url, "tenants", "list").stdout
     assert "acme" in listing and "pay" in listing and "500" in listing
     heavy = next(line for line in listing.splitlines() if line.startswith("heavy "))
-    assert heavy.split()[1:4] == ["p1", "-", "3"]  # tier, no rate, weight 3
+    assert heavy.split()[1:5] == ["p1", "-", "0.5", "3"]  # tier, no rate, its burst, weight 3
     assert cli(redis_url, "tenants", "remove", "acme").returncode == 0
     assert client.hget("qos:{qos-config}:apikeys", hash_api_key(key)) is None
     gone = cli(redis_url, "tenants", "remove", "acme")
@@ -323,7 +323,7 @@ def test_removing_a_tenant_revokes_only_its_own_keys(cli, redis_url):
     client.sadd("qos:{qos-config}:tenant-keys:other", hash_api_key("K1"))
     assert cli(redis_url, "tenants", "remove", "other").returncode == 0
     assert redis_keys(client) == {hash_api_key("K1"): "victim"}
-    assert listed(cli, redis_url) == {"victim": ["p1", "-", "1", "1"]}
+    assert listed(cli, redis_url) == {"victim": ["p1", "-", "0.5", "1", "1"]}
     client.close()
 
 
@@ -336,7 +336,7 @@ def test_adding_an_existing_name_needs_update_and_says_what_changes(cli, redis_u
     changed = cli(redis_url, *update)
     assert changed.returncode == 0, changed.stderr
     assert "tier p1 -> p0" in changed.stdout and "a key added (2 keys)" in changed.stdout
-    assert listed(cli, redis_url)["shop"] == ["p0", "300", "1", "2"]  # the rate was kept
+    assert listed(cli, redis_url)["shop"] == ["p0", "300", "0.5", "1", "2"]  # rate kept
     gone = cli(redis_url, "tenants", "add", "nobody", "--update", "--tier", "p1")
     assert gone.returncode == 2 and "no tenant named 'nobody'" in gone.stderr
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from sidecar.server import UNLOGGED_GRACE_SECONDS
-from tests.integration.helpers import scrape, stack_with_tenants, wait_until
+from tests.integration.helpers import flood, scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -41,29 +41,6 @@ def settle_stack(tmp_path_factory):
         yield stack
 
 
-async def flood(url: str, seconds: float, body: dict, key: str = KEY) -> list[dict]:
-    """Eight clients asking as fast as they are let for `seconds`: the usage of every
-    answer whose request was admitted in that time."""
-    usages: list[dict] = []
-    deadline = time.monotonic() + seconds
-
-    async def client(session):
-        while time.monotonic() < deadline:
-            async with session.post(
-                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
-            ) as response:
-                answer = await response.json()
-                if response.status == 429:  # over its rate: refused at once
-                    await asyncio.sleep(0.02)  # pacing, so refusals do not spin
-                    continue
-                assert response.status == 200, answer
-                usages.append(answer["usage"])
-
-    async with aiohttp.ClientSession() as session:
-        await asyncio.gather(*(client(session) for _ in range(8)))
-    return usages
-
-
 def chat(max_tokens: int, ignore_eos: bool) -> dict:
     content = "x" * 4 * 16  # 16 tokens of text, 20 with the message's template
     return {
@@ -75,7 +52,7 @@ def chat(max_tokens: int, ignore_eos: bool) -> dict:
 
 async def test_short_prompts_with_long_answers_are_held_to_the_tenant_s_rate(settle_stack):
     seconds = 20
-    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=True))
+    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=True), KEY)
     served = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
     assert all(u["completion_tokens"] == 2_000 for u in usages)
     # Its rate over the run, and the bucket's burst at the start.
@@ -104,7 +81,7 @@ async def test_a_shorter_answer_gives_back_what_it_reserved_and_did_not_use(sett
     # max_tokens 2 000 reserved, answers of 32 to 256 tokens: without the refund the
     # tenant would get an eighth of its rate.
     seconds = 10
-    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=False))
+    usages = await flood(settle_stack.envoy_url, seconds, chat(2_000, ignore_eos=False), KEY)
     served = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
     assert max(u["completion_tokens"] for u in usages) <= 256
     assert served > 0.5 * RATE * seconds, (served, len(usages))

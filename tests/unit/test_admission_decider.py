@@ -64,6 +64,10 @@ def decider(limiter: FakeLimiter, **config) -> AdmissionDecider:
     )
 
 
+# A prompt of 14 tokens: it fits the capped tenant's 50-token bucket.
+SHORT = [{"role": "user", "content": "x" * 40}]
+
+
 def chat(key: str | None = "k-p2", path="/v1/chat/completions", extra_headers=None, **body):
     headers = {":method": "POST", ":path": path, **(extra_headers or {})}
     if key:
@@ -98,18 +102,42 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
 @pytest.mark.asyncio
 async def test_cost_is_tokens_times_the_tier_weight_and_tenant_buckets_join():
     limiter = FakeLimiter()
-    await decider(limiter, tiers={"p1": {"weight": 2.5}}).decide(chat("k-cap"))
+    await decider(limiter, tiers={"p1": {"weight": 0.25}}).decide(chat("k-cap"))
     cost, buckets = limiter.calls[0]
-    assert cost == pytest.approx(104 * 2.5)
+    assert cost == pytest.approx(104 * 0.25)
     assert [b.key for b in buckets] == ["qos:{bucket-p1}:tier", "qos:{bucket-p1}:tenant:capped"]
     assert (buckets[1].rate, buckets[1].burst) == (100, 50)
 
 
 @pytest.mark.asyncio
+async def test_a_request_reserves_no_more_than_its_smallest_bucket_holds():
+    """The capped tenant's bucket holds 50 (100 tokens/s, 0.5 s): asking 200 output
+    tokens at output_weight 1, it reserves 50 and owes the rest when it is settled."""
+    limiter = FakeLimiter()
+    charged = decider(limiter, tiers={"p1": {"output_weight": 1.0, "weight": 0.1}})
+    decision = await charged.decide(chat("k-cap", max_tokens=200))
+    assert isinstance(decision, Admit)
+    cost, buckets = limiter.calls[0]
+    assert cost == pytest.approx(50) and buckets[1].debt == pytest.approx(100 * 60)
+    assert buckets[0].debt == pytest.approx(buckets[0].rate * 60)
+
+
+@pytest.mark.asyncio
+async def test_only_a_prompt_no_burst_holds_is_too_big_and_the_message_says_the_fix():
+    limiter = FakeLimiter()
+    refused = await decider(limiter).decide(chat("k-cap"))  # 104 tokens, a 50-token bucket
+    assert isinstance(refused, Respond) and refused.reason == "cost_exceeds_burst"
+    message = json.loads(refused.body)["error"]["message"]
+    assert "prompt costs 104" in message and "tenant capped" in message
+    assert "--burst-seconds 1" in message  # 104 tokens at 100 a second
+    assert limiter.calls == []  # decided without Redis
+
+
+@pytest.mark.asyncio
 async def test_the_tier_bucket_names_who_asks_for_its_fair_shares():
     limiter = FakeLimiter()
-    await decider(limiter, fairness={"reserve": 0.4}).decide(chat("k-cap"))
-    await decider(limiter, fairness={"enabled": False}).decide(chat("k-cap"))
+    await decider(limiter, fairness={"reserve": 0.4}).decide(chat("k-cap", messages=SHORT))
+    await decider(limiter, fairness={"enabled": False}).decide(chat("k-cap", messages=SHORT))
     (_, fair), (_, plain) = limiter.calls
     share = fair[0].fair
     assert (share.tenant, share.weight, share.window_seconds) == ("capped", 1.0, 2.0)
@@ -150,7 +178,7 @@ async def test_exhausted_tier_budget_sheds_sheddable_tiers_only():
 @pytest.mark.asyncio
 async def test_tenant_budget_and_impossible_costs_are_errors():
     tenant_empty = FakeLimiter(Verdict(False, refused=1, retry_after=2.5))
-    limited = await decider(tenant_empty).decide(chat("k-cap"))
+    limited = await decider(tenant_empty).decide(chat("k-cap", messages=SHORT))
     assert (limited.status, limited.reason, limited.headers["retry-after"]) == (
         429,
         "tenant_rate_limited",
@@ -300,15 +328,16 @@ async def test_a_bucket_that_refills_soon_is_waited_for():
 
 @pytest.mark.asyncio
 async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_in_time():
-    # P2's bucket refills 50 tokens a second; each request costs about 104.
-    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=0.5))
+    # P2's bucket refills 250 tokens a second; each request costs 104 (0.42 s of it), and
+    # the bucket is said to hold it again in 1.8 s: one waiter fits in P2's 2 s, not two.
+    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=1.8))
     decider, _ = queued_decider(
-        refusing, max_concurrency=5, fleet={"capacity_tokens_per_second": 1000}
+        refusing, max_concurrency=5, fleet={"capacity_tokens_per_second": 5000}
     )
     first = await decider.decide(chat("k-p2"))
     assert isinstance(first, Hold)
     waiting = asyncio.create_task(first.resume())
-    await asyncio.sleep(0)  # it now waits for ~104 tokens: 2 s of refill
+    await asyncio.sleep(0)  # it now waits for its 104 tokens
     second = await decider.decide(chat("k-p2"))
     assert isinstance(second, Respond) and second.reason == "shed_tier_budget"
     waiting.cancel()
