@@ -337,6 +337,9 @@ def test_adding_an_existing_name_needs_update_and_says_what_changes(cli, redis_u
     assert changed.returncode == 0, changed.stderr
     assert "tier p1 -> p0" in changed.stdout and "a key added (2 keys)" in changed.stdout
     assert listed(cli, redis_url)["shop"] == ["p0", "300", "0.5", "1", "2"]  # rate kept
+    client = redis.Redis.from_url(redis_url)
+    assert redis_keys(client) == {hash_api_key("S1"): "shop", hash_api_key("S2"): "shop"}
+    client.close()
     gone = cli(redis_url, "tenants", "add", "nobody", "--update", "--tier", "p1")
     assert gone.returncode == 2 and "no tenant named 'nobody'" in gone.stderr
 
