@@ -14,8 +14,7 @@ from sidecar.overload.admitted import AdmittedLoad
 class FairShare:
     """Who asks a tier's bucket, for the tier's fair shares between its tenants: while
     the bucket is below `reserve` tokens, a tenant served more than its share of the
-    tier's rate over the last `window_seconds` may not take it lower (see README,
-    Fair shares inside a tier)."""
+    tier's rate over the last `window_seconds` may not take it lower (docs/fair-shares.md)."""
 
     state_key: str  # hash: per tenant what it was served and refused, decayed
     active_key: str  # sorted set: tenant by when it last asked (Redis ms)

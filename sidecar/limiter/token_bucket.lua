@@ -89,7 +89,7 @@ for i = 1, n do
   end
 end
 
--- Fair shares (README, Fair shares inside a tier). Each tenant's entry in the state is
+-- Fair shares (docs/fair-shares.md). Each tenant's entry in the state is
 -- "served,refused,at (ms),weight": tokens served, and refused by the tier's bucket (it
 -- wanted more than it got: waiting or shed), decayed over `window`;
 -- '#weights' sums the active tenants' weights, '#served' (decayed, as of '#at') what
