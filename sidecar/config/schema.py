@@ -62,7 +62,9 @@ DEFAULT_MESSAGE = (
 
 
 class TierConfig(_Strict):
+    # Its share of the fleet's token rate (the three add up to 1 at most).
     share: Share
+    # What a prompt token costs the tier's budgets.
     weight: Positive = 1.0
     # What an output token costs (0: only the prompt is charged, as before output was).
     # A request reserves its expected output at admission; the answer's real count
@@ -70,11 +72,15 @@ class TierConfig(_Strict):
     output_weight: Annotated[float, Field(ge=0)] = 0.0
     # The output reserved when the client sets no max_tokens (else its max_tokens is).
     expected_output_tokens: Annotated[int, Field(ge=1)] = 256
+    # Its bucket's size, in seconds of its rate.
     burst_seconds: Positive = 0.5
     # A request reserves at most what its buckets hold; what its answer cost beyond that
     # is owed after it, as a debt of at most this many seconds of the bucket's rate.
     max_debt_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    # The most output a request may ask for: its max_tokens (or the API's name for it) is
+    # written down to this in the body forwarded.
     max_tokens_cap: Annotated[int, Field(ge=1)] | None = None
+    # Longer prompts are refused (400 prompt_too_long).
     max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
     # Whether an exhausted budget sheds this tier. P0 is never shed for budget: it is
     # admitted over budget and counted (the concurrency guard still bounds it).
@@ -86,11 +92,15 @@ class TierConfig(_Strict):
     # Queueing: how long a request may wait for a slot or for budget before it gets the
     # fallback (within Envoy's max_message_timeout of 30 s), and how many may wait.
     max_queue_wait_seconds: Annotated[float, Field(ge=0, le=25)] = 2.0
+    # Waiters of the tier per sidecar, at most; past it a newcomer gets the fallback.
     max_queue_length: Annotated[int, Field(ge=0)] = 200
     # The `priority` written into the body for vLLM's priority scheduling (lower first).
     vllm_priority: int = 0
+    # What a shed request gets: an answer in the API's shape with the message, or a 429.
     fallback: FallbackKind = FallbackKind.COMPLETION
+    # The shed answer's text; may contain {retry_after}.
     fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
+    # Retry-After of the tier's sheds.
     retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
 
     @field_validator("fallback_message")
@@ -162,6 +172,7 @@ class IdentityConfig(_Strict):
     tenant_header: Annotated[str, Field(pattern=r"^[a-z0-9-]+$")] = "x-tenant-id"
     # A request with no known identity: served in default_tier, or refused with 401.
     unknown: Literal["default_tier", "reject"] = "default_tier"
+    # The tier of a request with no known identity.
     default_tier: Tier = Tier.P2
     # How long an unknown API key is remembered as unknown, sparing Redis the lookups.
     negative_cache_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
@@ -196,6 +207,7 @@ class QueueConfig(_Strict):
     # this share of the releases, so aging cannot turn a sustained overload into FIFO and
     # make P0 wait behind a backlog of old P1 and P2 requests.
     promote_after_passed_over: Annotated[int, Field(ge=1)] = 50
+    # The most of the releases starving waiters get.
     promoted_share: Annotated[float, Field(ge=0, le=1)] = 0.1
     # While P1 has waiters it gets at least this share of the releases (the brief: P1 is
     # never squeezed out completely, even under sustained P0 load).
@@ -216,6 +228,7 @@ class TierSlo(_Strict):
     # A streamed answer meets its SLO when its first token comes within ttft_ms; a whole
     # answer when it is complete within latency_ms.
     ttft_ms: Positive
+    # A whole answer meets its SLO within this long.
     latency_ms: Positive
     # The share of requests that must meet it.
     compliance: Annotated[float, Field(gt=0, le=1)]
@@ -235,6 +248,7 @@ class SloConfig(_Strict):
     # Compliance is computed over the last `window` samples of a tier, cluster-wide,
     # leaving out those older than max_sample_age_seconds: stale samples never steer.
     window: Annotated[int, Field(ge=10, le=100_000)] = 1000
+    # Older samples never steer.
     max_sample_age_seconds: Annotated[float, Field(gt=0)] = 60.0
     # Fewer fresh samples than this and the controller does not act on the tier.
     min_samples: Annotated[int, Field(ge=1)] = 50
@@ -263,14 +277,19 @@ class TierCeilings(TierBounds):
 
 
 class ControllerConfig(_Strict):
+    # Whether the lease holder moves budget between tiers.
     enabled: bool = True
+    # How often the controller looks.
     interval_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # No move sooner than this after a move.
     cooldown_seconds: Annotated[float, Field(ge=0)] = 5.0
     # P0 compliance at or above this is comfortably above target: give some rate away.
     give_above: Annotated[float, Field(gt=0, le=1)] = 0.998
+    # The share of P0's rate given away in one move.
     give_step: Annotated[float, Field(gt=0, le=0.5)] = 0.05
     # Below this P0 is in trouble: take rate back from P1 and P2.
     take_below: Annotated[float, Field(gt=0, le=1)] = 0.95
+    # The share of P1's and P2's rates taken back in one move.
     take_step: Annotated[float, Field(gt=0, le=0.5)] = 0.10
     floors: TierBounds = TierBounds()
     ceilings: TierCeilings = TierCeilings()
@@ -331,8 +350,10 @@ class MediaConfig(_Strict):
 
     # An image part; a part marked `detail: low` (OpenAI's fixed 85-token rendering).
     image_tokens: Annotated[int, Field(ge=0)] = 1024
+    # A part marked `detail: low` (OpenAI's fixed rendering).
     image_low_detail_tokens: Annotated[int, Field(ge=0)] = 85
     audio_tokens: Annotated[int, Field(ge=0)] = 1500  # an audio part: 30 s of speech
+    # A video part.
     video_tokens: Annotated[int, Field(ge=0)] = 8192
     file_tokens: Annotated[int, Field(ge=0)] = 2048  # a file or document part
     # An uploaded audio file (transcription, translation): its bytes over this.
