@@ -2,7 +2,7 @@
 
 redis-py takes a connection from its pool for each command, bounds it with a timer of its
 own and parses the reply in Python; for the one EVALSHA a decision makes, that machinery
-cost several times the call itself (bench/redis_client.py). Here commands are written as
+cost several times the call itself (docs/benchmarks.md). Here commands are written as
 they come on one connection, and their replies, which Redis sends back in order, resolve
 them in turn: hiredis packs and parses, and one timer watches the oldest command rather
 than one timer a command.

@@ -330,7 +330,7 @@ class PoolConfig(_Strict):
 
 class FairnessConfig(_Strict):
     # Weighted fair shares between the tenants of a tier while its bucket is contended
-    # (sidecar/limiter/fairness.py): a tenant over its share may not take the bucket
+    # (docs/fair-shares.md): a tenant over its share may not take the bucket
     # below `reserve` of its burst, which is kept for the tenants under theirs.
     enabled: bool = True
     # A tenant counts as active while it asked within this long.

@@ -1,6 +1,6 @@
 -- Take `cost` tokens from every bucket in KEYS, all or nothing, atomically; record the
 -- admission for the pools' projected load (overload/admitted.py) and keep the tier's
--- fair shares between its tenants (limiter/fairness.py) in the same call.
+-- fair shares between its tenants (docs/fair-shares.md) in the same call.
 --
 -- KEYS[i], i <= n   a bucket (hash: tokens, ts); all keys share one hash tag (one slot)
 -- ARGV[1]           cost, in tokens
