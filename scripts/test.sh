@@ -8,6 +8,7 @@ ensure_venv test
 cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check sidecar tests tools bench
+"$VENV/bin/mypy"
 # The documentation site builds with warnings as errors: a broken link fails.
 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$(mktemp -d)"
 # pytest exits 5 when it ran no test: that is a failure here too.

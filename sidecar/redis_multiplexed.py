@@ -58,7 +58,7 @@ class _Replies(asyncio.Protocol):
         # write: a system call costs more than packing a command.
         if not self._unsent:
             loop.call_soon(self._flush)
-        self._unsent.append(hiredis.pack_command(tuple(args)))
+        self._unsent.append(hiredis.pack_command(tuple(args)))  # type: ignore[arg-type]
         if self._watch is None:
             self._watch = loop.call_at(self._waiting[0][1], self._check)
         return reply

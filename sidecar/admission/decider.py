@@ -127,7 +127,7 @@ class AdmissionDecider:
         self._sample = sample
         # Tokens left in each pool's tier bucket after this sidecar's last call, /metrics.
         self.bucket_levels: dict[tuple[str, Tier], float] = {}
-        self._settling: set[asyncio.Task[None]] = set()
+        self._settling: set[asyncio.Task[float | None]] = set()
 
     def watch_response(self) -> bool:
         """A sample of exchanges (slo.ttft_sample_rate, at most slo.ttft_samples_per_second)
@@ -215,7 +215,7 @@ class AdmissionDecider:
         request = _within(request, buckets)
         cost = request.charge.reserved
         try:
-            verdict = await self._limiter.acquire(cost, buckets, held and held.load)
+            verdict = await self._limiter.acquire(cost, buckets, held.load if held else None)
             self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
@@ -283,7 +283,9 @@ class AdmissionDecider:
                 async with asking:
                     held = self._hold(request)
                     try:
-                        verdict = await self._limiter.acquire(cost, buckets, held and held.load)
+                        verdict = await self._limiter.acquire(
+                            cost, buckets, held.load if held else None
+                        )
                         if verdict.allowed:
                             _confirm(held, verdict.recorded_ms)
                             break

@@ -5,6 +5,7 @@ error object `{"type": "error", "error": {"type": ..., "message": ...}}`."""
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from sidecar.answers.sse import dumps, event
 from sidecar.bodies.parsed import ResponseShape
@@ -26,7 +27,7 @@ def message_fallback(shape: ResponseShape, text: str) -> tuple[bytes, str]:
     if not shape.stream:
         return dumps(message), "application/json"
     opening = {**message, "content": [], "stop_reason": None}
-    events = [
+    events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"message": opening}),
         ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
         ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),

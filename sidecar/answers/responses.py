@@ -30,7 +30,7 @@ def response_fallback(shape: ResponseShape, message: str) -> tuple[bytes, str]:
         return dumps(done), "application/json"
     started = _response(shape, "in_progress", [], done["id"], done["created_at"])
     at = {"item_id": item_id, "output_index": 0, "content_index": 0}
-    events = [
+    events: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"response": started}),
         ("response.in_progress", {"response": started}),
         ("response.output_item.added", {"output_index": 0, "item": {**item, "content": []}}),

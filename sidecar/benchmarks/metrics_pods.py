@@ -20,7 +20,11 @@ async def serve(text: bytes, ports: list[int]) -> None:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/health", lambda _request: web.Response(text="ok"))
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/health", health)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     for port in ports:

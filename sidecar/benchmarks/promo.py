@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -276,17 +277,17 @@ def main(settings: Settings) -> int:
             f" to the {name} processor: p50 {figures['p50_ms']:.2f} ms,"
             f" p99 {figures['p99_ms']:.2f} ms"
         )
-    for tier, figures in settlement.items():
+    for tier, counts in settlement.items():
         print(
-            f"{QOS}: {tier.upper()} output tokens reserved {figures['reserved']:,.0f}, "
-            f"settled {figures['usage']:,.0f} from usage and {figures['estimate']:,.0f} "
+            f"{QOS}: {tier.upper()} output tokens reserved {counts['reserved']:,.0f}, "
+            f"settled {counts['usage']:,.0f} from usage and {counts['estimate']:,.0f} "
             "estimated"
         )
     print(f"(logs in {work})")
     timelines = {run: report.timeline(o, settings.seconds) for run, o in views.items()}
     if settings.json:
         capacity = capacity_rps(settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale)
-        figures = {
+        document: dict[str, Any] = {
             "settings": asdict(settings),
             "capacity_rps": capacity,  # of the fleet, or of each pool
             "offered_rps": settings.overload * capacity,  # to the fleet, or the first pool
@@ -296,7 +297,7 @@ def main(settings: Settings) -> int:
             "output_settlement": settlement,
             "timelines": timelines,
         }
-        Path(settings.json).write_text(json.dumps(figures, indent=1))
+        Path(settings.json).write_text(json.dumps(document, indent=1))
         print(f"figures: {settings.json}")
     if settings.plot:
         from sidecar.benchmarks.plot import plot

@@ -84,7 +84,7 @@ def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], desc
 
 
 def model_of(body: dict[str, Any]) -> str | None:
-    model = optional(body, "model", str, "a string")
+    model: str | None = optional(body, "model", str, "a string")
     if model is not None and len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest(f"'model' is longer than {MAX_MODEL_CHARS} characters.", "model")
     return model

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig, TierSlos
@@ -112,7 +112,9 @@ def resolve(config: QosConfig) -> Pools:
     return Pools(by_name, by_model)
 
 
-def _over(kind: type, base: Any, changes: Mapping[Any, Mapping[str, Any]], where: str) -> Any:
+def _over(
+    kind: type[BaseModel], base: Any, changes: Mapping[Any, Mapping[str, Any]], where: str
+) -> Any:
     """`base` with a pool's changes laid over it, validated as `kind`."""
     merged = base.model_dump(mode="json")
     for tier, keys in changes.items():

@@ -131,8 +131,11 @@ class ConfigStore:
 
     async def load(self) -> Snapshot:
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.get(VERSION_KEY).get(DOC_KEY).hgetall(TENANTS_KEY).get(MODE_KEY)
-            pipe.get(SHARES_KEY).get(GOOD_DOC_KEY)
+            for key in (VERSION_KEY, DOC_KEY):
+                pipe.get(key)
+            pipe.hgetall(TENANTS_KEY)
+            for key in (MODE_KEY, SHARES_KEY, GOOD_DOC_KEY):
+                pipe.get(key)
             version, doc, tenants, mode, shares, good = await pipe.execute()
         try:
             parsed = {
@@ -254,7 +257,7 @@ class ConfigStore:
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return existed
 
-    async def tenant_hash(self, digest: str) -> bytes | None:
+    async def tenant_hash(self, digest: str) -> bytes | str | None:
         return await self._redis.hget(API_KEYS_KEY, digest)
 
     async def key_count(self, tenant: str) -> int:

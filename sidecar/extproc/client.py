@@ -4,6 +4,7 @@ benchmarks that drive a sidecar without an Envoy in front."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import grpc
 from envoy.config.core.v3 import base_pb2
@@ -26,7 +27,10 @@ class ExtProcClient:
         self._stub = ext_proc_grpc.ExternalProcessorStub(channel)
 
     async def decide(
-        self, body: dict, api_key: str | None = None, path: str = "/v1/chat/completions"
+        self,
+        body: dict[str, Any],
+        api_key: str | None = None,
+        path: str = "/v1/chat/completions",
     ) -> ext_proc.ProcessingResponse:
         """Send a POST's headers and body; the sidecar's answer to the body."""
         pairs = {":method": "POST", ":path": path, "content-type": "application/json"}
@@ -51,4 +55,4 @@ class ExtProcClient:
 
 
 def admitted(answer: ext_proc.ProcessingResponse) -> bool:
-    return answer.WhichOneof("response") == "request_body"
+    return bool(answer.WhichOneof("response") == "request_body")

@@ -67,7 +67,7 @@ class Exchange:
     def __init__(
         self,
         decider: Decider,
-        on_decision: Callable[[Decision, float], None] | None = None,
+        on_decision: Callable[[Final, float], None] | None = None,
         on_first_byte: Callable[[Admit, float], None] | None = None,
     ) -> None:
         self._decider = decider
@@ -190,7 +190,7 @@ class Exchange:
             self.phase = Phase.DONE
             await send(messages.immediate_message(decision))
 
-    async def _ask(self, decide, *args) -> Decision:
+    async def _ask(self, decide: Callable[..., Awaitable[Decision]], *args: object) -> Decision:
         try:
             return await decide(*args)
         except Exception:

@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 
 from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
 from sidecar.metrics import SidecarMetrics
-from sidecar.policy.decision import DECIDER_ERROR, Admit, Decider, Decision
+from sidecar.policy.decision import DECIDER_ERROR, Admit, Decider, Final
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
                 # log may not name the slot (Envoy never applied the decision).
                 self._stream_ended(admitted.slot)
 
-    def _record(self, decision: Decision, seconds: float) -> None:
+    def _record(self, decision: Final, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"
         self._metrics.decisions.labels(
             decision.tier or "none", outcome, decision.reason, decision.pool or "none"

@@ -4,7 +4,9 @@ state the token-bucket script keeps in Redis, and how fair that was."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as redis
 
@@ -45,7 +47,7 @@ class TierFairness:
 
 
 def tier_fairness(
-    state: dict[bytes, bytes], now_ms: float, config: FairnessConfig, tier: str, pool: str,
+    state: Mapping[Any, Any], now_ms: float, config: FairnessConfig, tier: str, pool: str,
     rate: float,
 ) -> TierFairness:  # fmt: skip
     """The tier's active tenants from its state hash (fields "t:<tenant>" holding

@@ -31,7 +31,7 @@ def happening(series: Mapping[str, Any], lines: Mapping[str, Any]) -> dict[str, 
     its pool, tier, main reason (code, words and the figures behind it), since when
     and how many a second."""
     now, start = series.get("now"), series.get("start")
-    if now is None:
+    if now is None or start is None:
         return {"mode": None, "mode_since": None, "shed": []}
     mode = series["mode"]
     current = mode[-1] if mode and mode[-1] is not None else None

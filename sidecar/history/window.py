@@ -45,15 +45,17 @@ class Window:
         """The window ends at `now`: older seconds drop off, new ones start empty."""
         if self.now is None or now - self.now >= SECONDS:
             self.now = now
-            for column in self._columns.values():
-                column.extend([None] * SECONDS)
-            for column in self._p99.values():
-                column.extend([None] * SECONDS)
+            self._extend(SECONDS)
             return
-        steps = max(0, now - self.now)
-        for column in (*self._columns.values(), *self._p99.values()):
-            column.extend([None] * steps)
+        self._extend(max(0, now - self.now))
         self.now = max(self.now, now)
+
+    def _extend(self, seconds: int) -> None:
+        """Every column `seconds` longer, the new seconds empty."""
+        for column in self._columns.values():
+            column.extend([None] * seconds)
+        for p99 in self._p99.values():
+            p99.extend([None] * seconds)
 
     def merge(self, second: int, fields: Mapping[str, str]) -> None:
         """What Redis holds for `second` now (it replaces what was read of it before:

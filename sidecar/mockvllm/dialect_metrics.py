@@ -98,14 +98,15 @@ class DialectCollector(Collector):
             "TRT LLM KV cache block metrics",
             labels=["kv_cache_block_type", "model", "version"],
         )
-        for kind, value in (
+        blocks_metrics: tuple[tuple[str, float], ...] = (
             ("fraction", used / blocks),
             ("tokens_per", size),
             ("used", used),
             ("free", blocks - used),
             ("max", blocks),
-        ):
-            kv.add_metric([kind, common["model"], common["version"]], value)
+        )
+        for kind, figure in blocks_metrics:
+            kv.add_metric([kind, common["model"], common["version"]], figure)
         yield kv
 
     def _tgi(self) -> Iterator[Metric]:

@@ -33,7 +33,7 @@ class AdmissionRecords:
         of its own, whose slots that ended more than `keep` seconds ago are deleted (no
         fresh report is that old)."""
         pools = list(self._pools())
-        args = [SLOT_MS, round(newer_than * 1000), round(keep * 1000), *pools]
+        args: list[str | int] = [SLOT_MS, round(newer_than * 1000), round(keep * 1000), *pools]
         replies = await asyncio.gather(
             *(
                 self._read(
@@ -64,8 +64,9 @@ class AdmissionRecords:
                     slots[key][0 if kind == "b" else 1] += float(value)
                 ages[key] = max(0.0, now_ms - (int(slot) + 1) * SLOT_MS) / 1000
         recent: dict[str, list[Recent]] = defaultdict(list)
-        for (pool, slot), (blocks, requests) in slots.items():
-            recent[pool].append(Recent(ages[pool, slot], blocks, requests))
+        for (pool_name, slot_at), (slot_blocks, slot_requests) in slots.items():
+            age = ages[pool_name, slot_at]
+            recent[pool_name].append(Recent(age, slot_blocks, slot_requests))
         return RecentAdmissions(dict(recent), read_ms)
 
 

@@ -104,9 +104,12 @@ def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
         return ClusterLoad((), None, 0)
     weights = _stand_in_for_unknown([p.kv_blocks_total for p in fresh])
     # The watermark is over the pods that say their KV use; the others count in flight.
-    known = [(w, p.kv_cache_usage) for w, p in zip(weights, fresh, strict=True)]
-    known = [(w, usage) for w, usage in known if usage is not None]
-    free = None
+    known = [
+        (w, usage)
+        for w, p in zip(weights, fresh, strict=True)
+        if (usage := p.kv_cache_usage) is not None
+    ]
+    free: float | None = None
     if known:
         free = sum(w * (1.0 - min(max(u, 0.0), 1.0)) for w, u in known)
         free /= sum(w for w, _ in known)

@@ -257,9 +257,9 @@ class LoadMonitor:
         )
         by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
         for pod in pods:
-            pool = pool_of(pod, pools)
-            if pool is not None:
-                by_pool[pool].append(pod)
+            name = pool_of(pod, pools)
+            if name is not None:
+                by_pool[name].append(pod)
         states = {}
         for pool in pools:
             state = self.state.pools.get(pool.name) or SheddingState()

@@ -75,7 +75,8 @@ class SampleStore:
 
     async def push(self, batch: dict[tuple[str, Tier], list[Measured]], window: int) -> None:
         """Samples by (pool, tier), added to their windows in one call."""
-        keys, args = [], [window]
+        keys: list[str] = []
+        args: list[str | int] = [window]
         for (pool, tier), samples in batch.items():
             keys.append(samples_key(tier, pool))
             args.append(len(samples))

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import redis_connect
-from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant
+from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.config.switches import ModeChange
 
@@ -82,5 +82,5 @@ class StackConfig:
         return self._run(lambda store: store.save_mode(OperatorMode(mode=Mode(mode)), change))
 
     def tenant(self, name: str, tier: str, api_key: str, **fields: Any) -> int:
-        tenant = Tenant(tier=tier, **fields)
+        tenant = Tenant(tier=Tier(tier), **fields)
         return self._run(lambda store: store.put_tenant(name, tenant, api_key))

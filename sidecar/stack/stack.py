@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +240,7 @@ class Stack:
             )
             started.append((process, url))
         for process, url in started:  # they start in parallel, then each is awaited
-            process.wait_ready(lambda url=url: readiness.http_ok(f"{url}/health"))
+            process.wait_ready(partial(readiness.http_ok, f"{url}/health"))
 
     def _start_sidecar(self, name: str = "sidecar") -> None:
         self.processes.append(
