@@ -1,0 +1,101 @@
+"""The shipped Envoy configs other than envoy/envoy.yaml, made from it: the same chain,
+comments and all, with a deployment's own addresses. One definition, so a change to the
+chain reaches every deployment; `python tools/gen_envoy_configs.py` writes them and a
+test fails when a committed file is not what this makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.stack.envoy_config import ENVOY_DIR, LOCAL_CONFIG
+
+REPO = ENVOY_DIR.parent
+_ADMIN = "socket_address: {address: 127.0.0.1, port_value: 9901}"
+_LISTENER = (
+    "socket_address: {address: 127.0.0.1, port_value: 8080}  # `up --listen-host 0.0.0.0` to expose"
+)
+_POOLS = "(`qos-sidecar up --pools 2` adds pool-a and pool-b this way):"
+_SIDECAR_CLUSTER = "  - name: qos_sidecar\n    type: STATIC"
+_VLLM_CLUSTER = "  - name: vllm\n    type: STATIC"
+_VLLM_ENDPOINTS = """        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: 8001}
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: 8002}"""
+
+
+@dataclass(frozen=True)
+class Variant:
+    path: Path
+    header: str  # the comment the file opens with, in place of envoy.yaml's
+    changes: tuple[tuple[str, str], ...]  # each text of envoy.yaml, found once, and its stand-in
+
+
+VARIANTS = (
+    Variant(
+        ENVOY_DIR / "compose.yaml",
+        """# Envoy for docker-compose.yml: the same chain as envoy.yaml (made from it by
+# tools/gen_envoy_configs.py), with the compose services' DNS names as addresses.
+# The vllm cluster resolves both the mock (`mock-vllm`, default profile) and the real
+# vLLM (`vllm`, `gpu` profile); run the gpu profile with MOCK_VLLM_REPLICAS=0 so that
+# only real GPUs take traffic.
+""",
+        (
+            (
+                _ADMIN,
+                "socket_address: {address: 0.0.0.0, port_value: 9901}"
+                "  # published on 127.0.0.1 only",
+            ),
+            (_LISTENER, "socket_address: {address: 0.0.0.0, port_value: 8080}"),
+            (_SIDECAR_CLUSTER, "  - name: qos_sidecar\n    type: STRICT_DNS"),
+            ("{address: 127.0.0.1, port_value: 50051}", "{address: sidecar, port_value: 50051}"),
+            (_POOLS, "(e.g. a compose service vllm-shop for a pool named shop):"),
+            (_VLLM_CLUSTER, "  - name: vllm\n    type: STRICT_DNS"),
+            ("{address: 127.0.0.1, port_value: 8001}", "{address: mock-vllm, port_value: 8000}"),
+            ("{address: 127.0.0.1, port_value: 8002}", "{address: vllm, port_value: 8000}"),
+        ),
+    ),
+    Variant(
+        REPO / "deploy" / "kubernetes" / "envoy.yaml",
+        "# Envoy for the Kubernetes example (deploy/kubernetes): the same chain as "
+        "envoy/envoy.yaml\n# (made from it by tools/gen_envoy_configs.py). The sidecar runs "
+        "in the same pod\n# (127.0.0.1); the vLLM pods are found through their headless "
+        "Service.\n",
+        (
+            (
+                _ADMIN,
+                "socket_address: {address: 0.0.0.0, port_value: 9901}  # for the readiness probe",
+            ),
+            (_LISTENER, "socket_address: {address: 0.0.0.0, port_value: 8080}"),
+            (_POOLS, "(e.g. the headless Service vllm-shop of a pool named shop):"),
+            (
+                _VLLM_CLUSTER,
+                "  - name: vllm\n    type: STRICT_DNS"
+                "  # the headless Service resolves to every vLLM pod",
+            ),
+            (
+                _VLLM_ENDPOINTS,
+                """        - endpoint:
+            address:
+              socket_address: {address: vllm.qos.svc.cluster.local, port_value: 8000}""",
+            ),
+        ),
+    ),
+)
+
+
+def render(variant: Variant, base: str | None = None) -> str:
+    lines = (LOCAL_CONFIG.read_text() if base is None else base).splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):  # its own header off
+        lines.pop(0)
+    body = "".join(lines)
+    for old, new in variant.changes:
+        found = body.count(old)
+        if found != 1:
+            raise ValueError(
+                f"{variant.path.name}: {old!r} is in envoy.yaml {found} times, not once"
+            )
+        body = body.replace(old, new)
+    return variant.header + body
