@@ -29,10 +29,10 @@ from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.extproc.client import ExtProcClient, admitted
 from sidecar.policy.decision import Admit, RequestView
+from sidecar.ports import free_port
 from sidecar.settings import SidecarSettings
-from sidecar.stack.ports import free_port
-from sidecar.stack.redis_servers import start_redis_server
-from sidecar.stack.stack import start_sidecar
+from sidecar.tooling.stack.redis_servers import start_redis_server
+from sidecar.tooling.stack.stack import start_sidecar
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Where is my order? " * 20}]}
 DECISION_COMMANDS = ("evalsha", "eval", "script|load", "hget")

@@ -31,9 +31,9 @@ from typing import Any
 
 import aiohttp
 
-from sidecar.stack import envoy_config
-from sidecar.stack.processes import cpu_seconds
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.processes import cpu_seconds
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 TOKENS = 200
 CONCURRENCY = 8

@@ -26,9 +26,9 @@ import redis
 
 from sidecar.history.store import KEPT_SECONDS, PREFIX
 from sidecar.history.window import SECONDS, TTFT_BUCKETS_MS
-from sidecar.stack.processes import ManagedProcess, cpu_seconds
-from sidecar.stack.redis_servers import redis_on_free_port
-from sidecar.stack.stack import start_sidecar
+from sidecar.tooling.stack.processes import ManagedProcess, cpu_seconds
+from sidecar.tooling.stack.redis_servers import redis_on_free_port
+from sidecar.tooling.stack.stack import start_sidecar
 
 TOKEN = "bench-dashboard"
 POOLS = ("pool-a", "pool-b")

@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 
 from sidecar.limiter.buckets import BucketSpec, FairShare, fair_share_keys, tier_bucket_key
 from sidecar.limiter.redis_buckets import RedisTokenBuckets
-from sidecar.stack.ports import free_port
-from sidecar.stack.redis_servers import start_redis_server
+from sidecar.ports import free_port
+from sidecar.tooling.stack.redis_servers import start_redis_server
 
 RATE = 1e9  # never empty: every call admits, the path a decision takes most
 

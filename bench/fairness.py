@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sidecar.benchmarks.tenant_load import (
+from sidecar.tooling.benchmarks.tenant_load import (
     Answer,
     TenantLoad,
     chat,
@@ -28,7 +28,7 @@ from sidecar.benchmarks.tenant_load import (
     served_share,
     tokens_served_between,
 )
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 CAPACITY = 20_000.0
 RATE = CAPACITY * 0.35  # P1's

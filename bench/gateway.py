@@ -5,9 +5,9 @@ one worker, all in front of the same upstream: a fourth Envoy answering every re
 with a canned chat completion, so the figures are the gateway's and not a GPU stand-in's.
 
   alone     envoy.yaml without the ext_proc filter and the access-log stream
-  noop      envoy.yaml with its ext_proc cluster pointed at sidecar/benchmarks/noop.py,
+  noop      envoy.yaml with its ext_proc cluster pointed at sidecar/tooling/benchmarks/noop.py,
             which lets every message through: the floor of this architecture
-  bound     envoy.yaml in front of sidecar/benchmarks/lower_bound.py, which does only
+  bound     envoy.yaml in front of sidecar/tooling/benchmarks/lower_bound.py, which does only
             what no admission policy can skip (headers, JSON, key hash, one budget
             EVALSHA, two tags, one metric): the least a policy in Python costs here
   qos       envoy.yaml in front of qos-sidecar with its full policy (Redis, identity,
@@ -47,13 +47,13 @@ from typing import Any
 import profiling
 import redis
 
-from sidecar.benchmarks.processors import split_option, start_processor
 from sidecar.openai_api.prompt import estimate_prompt_tokens
-from sidecar.stack import envoy_config
-from sidecar.stack.admin_client import scrape
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
-from sidecar.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.benchmarks.processors import split_option, start_processor
+from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.admin_client import scrape
+from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds
+from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
 
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
@@ -356,7 +356,9 @@ def _start_noop(
 ) -> tuple[int, ManagedProcess]:
     # The default loop unnamed: a tree from before --event-loop runs too (its own floor).
     loop_flags = ["--event-loop", loop] if loop != "asyncio" else []
-    return _start_processor(stack, work, name, "sidecar.benchmarks.noop", loop_flags, python)
+    return _start_processor(
+        stack, work, name, "sidecar.tooling.benchmarks.noop", loop_flags, python
+    )
 
 
 def _start_processor(
@@ -373,7 +375,7 @@ def start_gateways(
     """alone, noop, bound, qos, then one more qos-sidecar (and Envoy) per variant."""
     noop_port, noop = _start_noop(stack, work, sys.executable, "noop-processor")
     bound_port, bound = _start_processor(
-        stack, work, "bound-processor", "sidecar.benchmarks.lower_bound",
+        stack, work, "bound-processor", "sidecar.tooling.benchmarks.lower_bound",
         ["--redis-url", stack.redis_url], sys.executable,
     )  # fmt: skip
     processors = [

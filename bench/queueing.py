@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 MIX = (("p0", 0.2), ("p1", 0.4), ("p2", 0.4))
 DECODE_MS = 2.5  # the mocks' decode step

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, cpu_seconds
-from sidecar.stack.redis_servers import redis_on_free_port
-from sidecar.stack.stack import start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess, cpu_seconds
+from sidecar.tooling.stack.redis_servers import redis_on_free_port
+from sidecar.tooling.stack.stack import start_sidecar
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/metrics/vllm-0.33-dp2.prom"
 
@@ -57,8 +57,8 @@ def main() -> None:
             ports = [free_port() for _ in range(args.targets)]
             pods = ManagedProcess(
                 "pods",
-                [sys.executable, "-m", "sidecar.benchmarks.metrics_pods", "--file", str(FIXTURE),
-                 "--ports", ",".join(map(str, ports))],
+                [sys.executable, "-m", "sidecar.tooling.benchmarks.metrics_pods",
+                 "--file", str(FIXTURE), "--ports", ",".join(map(str, ports))],
                 work / "pods.log",
             )  # fmt: skip
             started.append(

@@ -6,8 +6,8 @@ headers then its buffered body, as Envoy sends them) with a real redis-server be
 and reads the processor's CPU time from /proc. No Envoy and no access log, so the
 figures are per ext_proc stream only.
 
-  noop      sidecar/benchmarks/noop.py: the floor of the runtime
-  bound     sidecar/benchmarks/lower_bound.py: the least a policy does
+  noop      sidecar/tooling/benchmarks/noop.py: the floor of the runtime
+  bound     sidecar/tooling/benchmarks/lower_bound.py: the least a policy does
   qos       qos-sidecar serve, its full policy
   NAME      qos-sidecar with the flags of --variant NAME=FLAGS; `--python PATH` runs
             another interpreter's install (and its own noop beside it)
@@ -33,14 +33,14 @@ import redis.asyncio as redis
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
-from sidecar.benchmarks.processors import split_option, start_processor
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import http_headers
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, tree_cpu_seconds
-from sidecar.stack.redis_servers import start_redis_server
-from sidecar.stack.stack import start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.benchmarks.processors import split_option, start_processor
+from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds
+from sidecar.tooling.stack.redis_servers import start_redis_server
+from sidecar.tooling.stack.stack import start_sidecar
 
 API_KEY = "bench-key"
 CONCURRENCY = 16
@@ -120,12 +120,14 @@ def start_processors(
         started.append(process)
         processors.append((name, address, process))
 
-    module("noop", sys.executable, "sidecar.benchmarks.noop")
-    module("bound", sys.executable, "sidecar.benchmarks.lower_bound", "--redis-url", redis_url)
+    module("noop", sys.executable, "sidecar.tooling.benchmarks.noop")
+    module(
+        "bound", sys.executable, "sidecar.tooling.benchmarks.lower_bound", "--redis-url", redis_url
+    )
     for name, given in {"qos": [], **variants}.items():
         flags, python = split_option(given, "--python", sys.executable)
         if python != sys.executable:  # another interpreter's install: its floor beside it
-            module(f"noop-{name}", python, "sidecar.benchmarks.noop")
+            module(f"noop-{name}", python, "sidecar.tooling.benchmarks.noop")
         sidecar = start_sidecar(
             work, redis_url, "--log-level", "WARNING", *flags, name=name, python=python
         )

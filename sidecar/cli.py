@@ -18,8 +18,11 @@ from sidecar.options import add_arguments, from_args
 
 COMMANDS = {
     "serve": ("sidecar.server", "run the ext_proc sidecar (gRPC) and its admin HTTP server"),
-    "up": ("sidecar.stack.up", "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas"),
-    "mock-vllm": ("sidecar.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
+    "up": (
+        "sidecar.tooling.stack.up",
+        "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas",
+    ),
+    "mock-vllm": ("sidecar.tooling.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
     "report": (
         "sidecar.reporter",
         "report one model server's load (vLLM, SGLang, TensorRT-LLM, TGI) to the sidecars",
@@ -27,7 +30,10 @@ COMMANDS = {
     "tenants": ("sidecar.commands.tenants", "add, list and remove tenants and their API keys"),
     "config": ("sidecar.commands.config", "show, set, import and export the QoS configuration"),
     "mode": ("sidecar.commands.mode", "get or switch the operator mode: normal, core-only, shadow"),
-    "bench": ("sidecar.benchmarks.command", "run a benchmark scenario (promo: the flash sale)"),
+    "bench": (
+        "sidecar.tooling.benchmarks.command",
+        "run a benchmark scenario (promo: the flash sale)",
+    ),
 }
 
 

@@ -12,11 +12,11 @@ import redis.asyncio as aioredis
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.redis_servers import start_redis_server
-from sidecar.stack.stack import (
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess
+from sidecar.tooling.stack.redis_servers import start_redis_server
+from sidecar.tooling.stack.stack import (
     RunningSidecar,
     Stack,
     StackOptions,

@@ -3,7 +3,7 @@ deploy/kubernetes/envoy.yaml). Run: python tools/gen_envoy_configs.py"""
 
 from __future__ import annotations
 
-from sidecar.stack.envoy_variants import VARIANTS, render
+from sidecar.tooling.stack.envoy_variants import VARIANTS, render
 
 if __name__ == "__main__":
     for variant in VARIANTS:

@@ -29,8 +29,8 @@ import aiohttp
 from aiohttp import web
 
 from sidecar import options
+from sidecar.ports import free_port
 from sidecar.settings import SidecarSettings
-from sidecar.stack.ports import free_port
 from sidecar.workers.merged_metrics import merge
 from sidecar.workers.worker import WORKER_ENV, Worker
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import aiohttp
 
-from sidecar.stack.admin_client import scrape, sidecar_config_version
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 __all__ = [
     "SteadyLoad",

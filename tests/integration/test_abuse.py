@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 
 from sidecar.config.schema import QosConfig
-from sidecar.stack import envoy_config
-from sidecar.stack.ports import free_port
-from sidecar.stack.stack import start_envoy
+from sidecar.ports import free_port
+from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.stack import start_envoy
 from tests.integration.helpers import scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

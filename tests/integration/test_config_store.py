@@ -16,7 +16,7 @@ from sidecar.cli import main
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import DOC_KEY, VERSION_KEY, ConfigStore, hash_api_key
 from sidecar.config.watcher import ConfigWatcher
-from sidecar.stack.admin_client import scrape
+from sidecar.tooling.stack.admin_client import scrape
 from tests.integration.helpers import readyz
 
 pytestmark = pytest.mark.integration

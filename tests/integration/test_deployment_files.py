@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sidecar.scrape.targets import parse_targets
-from sidecar.stack import envoy_config
+from sidecar.tooling.stack import envoy_config
 from tests.integration.test_envoy_configs import validate
 
 pytestmark = pytest.mark.integration

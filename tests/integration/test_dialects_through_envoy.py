@@ -11,7 +11,7 @@ import contextlib
 import aiohttp
 import pytest
 
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, wait_until
 from tests.integration.test_kv_watermark import KEYS, SLOW_GPU, filling, hold, probe
 

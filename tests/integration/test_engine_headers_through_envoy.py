@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.stack import start_envoy
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.stack import start_envoy
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

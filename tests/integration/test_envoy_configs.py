@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sidecar.routes.table import BUILT_IN, OPERATIONAL
-from sidecar.stack import envoy_config
+from sidecar.tooling.stack import envoy_config
 
 pytestmark = pytest.mark.integration
 

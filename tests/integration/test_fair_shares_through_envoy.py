@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from sidecar.benchmarks.tenant_load import (
+from sidecar.tooling.benchmarks.tenant_load import (
     Answer,
     TenantLoad,
     chat,
@@ -21,7 +21,7 @@ from sidecar.benchmarks.tenant_load import (
     served_share,
     tokens_served_between,
 )
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

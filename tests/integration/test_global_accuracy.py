@@ -8,7 +8,7 @@ import time
 import aiohttp
 import pytest
 
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

@@ -10,7 +10,7 @@ import contextlib
 import aiohttp
 import pytest
 
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

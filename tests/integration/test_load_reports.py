@@ -11,10 +11,10 @@ import pytest
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.readiness import pods_reporting
-from sidecar.stack.stack import start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.readiness import pods_reporting
+from sidecar.tooling.stack.stack import start_sidecar
 from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

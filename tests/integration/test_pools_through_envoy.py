@@ -12,7 +12,7 @@ import time
 import aiohttp
 import pytest
 
-from sidecar.stack.stack import start_sidecar
+from sidecar.tooling.stack.stack import start_sidecar
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

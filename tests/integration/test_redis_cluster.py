@@ -13,7 +13,7 @@ import redis
 
 from sidecar.config.schema import QosConfig
 from sidecar.openai_api.prompt import estimate_prompt_tokens
-from sidecar.stack.redis_servers import cluster_ok, start_cluster_node
+from sidecar.tooling.stack.redis_servers import cluster_ok, start_cluster_node
 from tests.integration.helpers import (
     SteadyLoad,
     budgets_local,

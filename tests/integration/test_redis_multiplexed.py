@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from sidecar.redis_multiplexed import MultiplexedRedis
-from sidecar.stack import readiness
-from sidecar.stack.redis_servers import redis_on_free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.redis_servers import redis_on_free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

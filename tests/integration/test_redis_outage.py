@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sidecar.stack.readiness import redis_ping
-from sidecar.stack.redis_servers import start_redis_server
+from sidecar.tooling.stack.readiness import redis_ping
+from sidecar.tooling.stack.redis_servers import start_redis_server
 from tests.integration.helpers import (
     SteadyLoad,
     budgets_local,

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.stack import start_envoy
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess
+from sidecar.tooling.stack.stack import start_envoy
 from tests.integration.helpers import scrape, stack_with_tenants
 
 pytestmark = pytest.mark.integration

@@ -16,10 +16,10 @@ import pytest
 
 from sidecar.config.schema import QosConfig, Tenant, Tier
 from sidecar.config.store import ConfigStore
-from sidecar.stack import envoy_config, readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
-from sidecar.stack.stack import start_envoy, start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.stack import envoy_config, readiness
+from sidecar.tooling.stack.processes import ManagedProcess
+from sidecar.tooling.stack.stack import start_envoy, start_sidecar
 from tests.integration.dns_server import DnsServer
 from tests.integration.helpers import scrape, wait_until
 from tests.integration.test_kv_watermark import KEYS, SLOW_GPU, filling, probe

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from sidecar.stack import readiness
+from sidecar.tooling.stack import readiness
 from tests.integration.helpers import SteadyLoad, chat_once, stack_with_tenant, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

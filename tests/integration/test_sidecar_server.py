@@ -13,10 +13,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.extproc.client import ExtProcClient
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.redis_servers import start_redis_server
-from sidecar.stack.stack import start_sidecar
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.redis_servers import start_redis_server
+from sidecar.tooling.stack.stack import start_sidecar
 from tests.integration.helpers import readyz, scrape, wait_until
 from tests.unit.test_exchange import BODY, request_body, request_headers
 

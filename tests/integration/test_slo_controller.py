@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from sidecar.config.schema import QosConfig, Tier
 from sidecar.config.store import ConfigStore
 from sidecar.slo.samples import samples_key
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

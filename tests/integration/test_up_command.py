@@ -14,9 +14,9 @@ import urllib.request
 
 import pytest
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess
 
 pytestmark = pytest.mark.integration
 

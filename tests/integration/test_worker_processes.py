@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 import yaml
 
-from sidecar.stack import envoy_config, readiness
-from sidecar.stack.processes import children
+from sidecar.tooling.stack import envoy_config, readiness
+from sidecar.tooling.stack.processes import children
 from tests.integration.helpers import scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

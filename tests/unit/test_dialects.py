@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sidecar.dialects import DIALECTS, MetricsUnreadable, PodMetrics, read
-from sidecar.mockvllm.dialect_metrics import DialectCollector
-from sidecar.mockvllm.engine import Engine, EngineConfig
-from sidecar.mockvllm.metrics import EngineCollector
+from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
+from sidecar.tooling.mockvllm.engine import Engine, EngineConfig
+from sidecar.tooling.mockvllm.metrics import EngineCollector
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sidecar.stack import envoy_config
+from sidecar.tooling.stack import envoy_config
 
 
 def test_adapt_moves_every_address_and_keeps_the_rest():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.stack.envoy_config import LOCAL_CONFIG
-from sidecar.stack.envoy_variants import VARIANTS, render
+from sidecar.tooling.stack.envoy_config import LOCAL_CONFIG
+from sidecar.tooling.stack.envoy_variants import VARIANTS, render
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.path.name)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
-from sidecar.stack import envoy_config
+from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
+from sidecar.tooling.stack import envoy_config
 
 
 def test_only_the_sidecars_answers_count_by_the_tier_they_name(tmp_path):

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected
+from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected
 
 STEP = 0.025  # decode step, seconds
 PREFILL_RATE = 16_384.0  # tokens/s: a 32K prompt takes 2 s

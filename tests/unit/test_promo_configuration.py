@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.benchmarks.promo import Settings, configuration
 from sidecar.config.schema import QosConfig, Tier
+from sidecar.tooling.benchmarks.promo import Settings, configuration
 
 
 def test_the_sale_sends_the_tiers_priorities_to_the_engines_by_default():

@@ -7,10 +7,16 @@ from collections import Counter
 
 import pytest
 
-from sidecar.benchmarks import report
-from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome
-from sidecar.benchmarks.traffic import CALLERS, capacity_rps, chat_body, mean_prompt_tokens, plan
 from sidecar.openai_api.prompt import estimate_prompt_tokens
+from sidecar.tooling.benchmarks import report
+from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome
+from sidecar.tooling.benchmarks.traffic import (
+    CALLERS,
+    capacity_rps,
+    chat_body,
+    mean_prompt_tokens,
+    plan,
+)
 
 
 def test_the_plan_is_fixed_by_its_seed_and_follows_the_mix_and_rate():

@@ -10,10 +10,10 @@ import pytest
 from sidecar.bodies.parsed import OutputLimit
 from sidecar.completion.usage import streamed_output_tokens
 from sidecar.config.schema import QosConfig
-from sidecar.mockvllm.engine import _VOCABULARY
-from sidecar.mockvllm.openai_shapes import SSE_DONE, ResponseShaper
 from sidecar.openai_api.request import Endpoint
 from sidecar.policy.cost import charge
+from sidecar.tooling.mockvllm.engine import _VOCABULARY
+from sidecar.tooling.mockvllm.openai_shapes import SSE_DONE, ResponseShaper
 
 TIERS = QosConfig.from_partial(
     {"tiers": {"p1": {"output_weight": 2.0, "expected_output_tokens": 300}}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.benchmarks.report import TIERS
+from sidecar.tooling.benchmarks.report import TIERS
 
 COLOURS = {"p0": "#c0392b", "p1": "#2471a3", "p2": "#7f8c8d"}
 

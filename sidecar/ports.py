@@ -1,4 +1,4 @@
-"""Free loopback ports for stacks that must not collide with another on the machine."""
+"""Free loopback ports, for worker processes and the stacks the tests start."""
 
 from __future__ import annotations
 
@@ -8,4 +8,5 @@ import socket
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import redis_connect
-from sidecar.stack import envoy_config, readiness
-from sidecar.stack.admin_client import StackConfig
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, StackError
-from sidecar.stack.redis_servers import start_redis_cluster, start_redis_server
+from sidecar.ports import free_port
+from sidecar.tooling.stack import envoy_config, readiness
+from sidecar.tooling.stack.admin_client import StackConfig
+from sidecar.tooling.stack.processes import ManagedProcess, StackError
+from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis_server
 
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from sidecar import redis_connect
 from sidecar.options import setting
-from sidecar.stack.processes import StackError
-from sidecar.stack.stack import Stack, StackOptions
+from sidecar.tooling.stack.processes import StackError
+from sidecar.tooling.stack.stack import Stack, StackOptions
 
 DEMO_REQUEST = {
     "model": "mock-llm",

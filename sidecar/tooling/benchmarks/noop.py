@@ -5,7 +5,7 @@ on the same Python gRPC runtime, and lets every message through unchanged withou
 looking at it. Envoy configured exactly as for qos-sidecar sends it the same messages, so
 what qos-sidecar costs beyond it is the cost of its policy.
 
-Run: .venv/bin/python -m sidecar.benchmarks.noop --port 50061
+Run: .venv/bin/python -m sidecar.tooling.benchmarks.noop --port 50061
 """
 
 from __future__ import annotations

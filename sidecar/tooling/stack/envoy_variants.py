@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.stack.envoy_config import ENVOY_DIR, LOCAL_CONFIG
+from sidecar.tooling.stack.envoy_config import ENVOY_DIR, LOCAL_CONFIG
 
 REPO = ENVOY_DIR.parent
 _ADMIN = "socket_address: {address: 127.0.0.1, port_value: 9901}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess
 
 
 def split_option(flags: list[str], name: str, default: str) -> tuple[list[str], str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from sidecar.benchmarks import promo
 from sidecar.options import add_arguments as add_settings
 from sidecar.options import from_args
+from sidecar.tooling.benchmarks import promo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,17 +18,17 @@ from sidecar import logs
 from sidecar.bodies.parsed import ParsedRequest
 from sidecar.bodies.read import read
 from sidecar.config.schema import MediaConfig
-from sidecar.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
-from sidecar.mockvllm.dialect_metrics import DialectCollector
-from sidecar.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
-from sidecar.mockvllm.metrics import EngineCollector, LatencyMetrics
-from sidecar.mockvllm.openai_shapes import ResponseShaper, error_body, usage
 from sidecar.openai_api.prompt import estimate_text_tokens
 from sidecar.openai_api.request import Endpoint, InvalidRequest
 from sidecar.options import setting
 from sidecar.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
+from sidecar.tooling.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
+from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
+from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
+from sidecar.tooling.mockvllm.metrics import EngineCollector, LatencyMetrics
+from sidecar.tooling.mockvllm.openai_shapes import ResponseShaper, error_body, usage
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _echo(request: web.Request, body: dict, priority: int) -> dict[str, str]:
 
 
 class Shaper(Protocol):
-    """One API's answer: whole, or as its stream (sidecar/mockvllm/*_shapes.py)."""
+    """One API's answer: whole, or as its stream (sidecar/tooling/mockvllm/*_shapes.py)."""
 
     def complete(self, text: str, finish_reason: str, tokens: dict[str, int]) -> dict: ...
     def first_bytes(self) -> bytes: ...

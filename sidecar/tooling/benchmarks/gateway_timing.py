@@ -12,8 +12,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from sidecar.benchmarks.report import TIERS, percentile
-from sidecar.stack import envoy_config
+from sidecar.tooling.benchmarks.report import TIERS, percentile
+from sidecar.tooling.stack import envoy_config
 
 LOG_FORMAT = "%RESP(x-qos-tier)% %RESP(x-qos-decision)% %COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%\n"
 

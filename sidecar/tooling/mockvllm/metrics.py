@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.mockvllm.engine import Engine, Sequence
+from sidecar.tooling.mockvllm.engine import Engine, Sequence
 
 LABELS = ["model_name", "engine"]
 ENGINE_INDEX = "0"

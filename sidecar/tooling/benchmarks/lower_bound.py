@@ -17,7 +17,7 @@ No tiers, pools, overload, queue, fair shares, guards, validation, SLO samples o
 reservations: what qos-sidecar costs above this is what those cost. bench/gateway.py runs
 it as the `bound` gateway.
 
-Run: .venv/bin/python -m sidecar.benchmarks.lower_bound --port 50062 --redis-url URL
+Run: .venv/bin/python -m sidecar.tooling.benchmarks.lower_bound --port 50062 --redis-url URL
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from prometheus_client import Counter, Histogram
 
 from sidecar import event_loop
-from sidecar.benchmarks.noop import CONTINUE, serve_processor
 from sidecar.config.store import hash_api_key
 from sidecar.openai_api.prompt import estimate_prompt_tokens
 from sidecar.redis_multiplexed import MultiplexedRedis, MultiplexedScript
+from sidecar.tooling.benchmarks.noop import CONTINUE, serve_processor
 
 BUCKET = """
 local now = redis.call('TIME')

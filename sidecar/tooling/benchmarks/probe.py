@@ -4,7 +4,7 @@
 Run in a process of its own beside a load test, it shows how long a processor takes to
 answer when the machine is busy, whatever the load generator's own delays.
 
-Run: .venv/bin/python -m sidecar.benchmarks.probe 127.0.0.1:50051 --seconds 30
+Run: .venv/bin/python -m sidecar.tooling.benchmarks.probe 127.0.0.1:50051 --seconds 30
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import grpc
 
-from sidecar.benchmarks.report import percentile
 from sidecar.extproc.client import ExtProcClient
+from sidecar.tooling.benchmarks.report import percentile
 
 # A P2 batch request as the flash sale sends them (2 000 prompt tokens).
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": "buy " * 1996}]}

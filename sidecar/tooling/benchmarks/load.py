@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from sidecar.benchmarks.traffic import PlannedRequest, chat_body
+from sidecar.tooling.benchmarks.traffic import PlannedRequest, chat_body
 
 SERVED, SHED, ERROR = "served", "shed", "error"
 DECISION_HEADER = "x-qos-decision"

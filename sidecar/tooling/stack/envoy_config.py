@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-ENVOY_DIR = Path(__file__).resolve().parents[2] / "envoy"
+ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"
 LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
 # The HTTP filters QoS adds, in their order: the one that lifts a whole answer's usage
 # for settlement (it only reads responses), the one that drops clients' engine headers,

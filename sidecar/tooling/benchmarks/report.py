@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome
+from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome
 
 TIERS = ("p0", "p1", "p2")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.mockvllm.engine import Engine
+from sidecar.tooling.mockvllm.engine import Engine
 
 
 class DialectCollector(Collector):

@@ -1,7 +1,7 @@
 """Many model-server pods' /metrics, from one process: the same exposition file served
 on each of `--ports` loopback ports (the pods a scraping sidecar reads in bench/scrape.py).
 
-Run: .venv/bin/python -m sidecar.benchmarks.metrics_pods --file F --ports 9001,9002
+Run: .venv/bin/python -m sidecar.tooling.benchmarks.metrics_pods --file F --ports 9001,9002
 """
 
 from __future__ import annotations

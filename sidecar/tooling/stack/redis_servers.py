@@ -9,9 +9,9 @@ from pathlib import Path
 
 import redis
 
-from sidecar.stack import readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, StackError
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess, StackError
 
 
 def start_redis_server(work_dir: Path, port: int, *extra: str) -> ManagedProcess:

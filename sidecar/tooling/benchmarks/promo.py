@@ -3,7 +3,7 @@
 Starts the local stack on free ports (Redis, N mock vLLM replicas with priority
 scheduling and their reporters, the sidecar, Envoy) and a second Envoy with the same
 configuration minus QoS, in front of the same replicas. The same planned traffic (see
-sidecar.benchmarks.traffic), offered at `--overload` times what the fleet can prefill,
+sidecar.tooling.benchmarks.traffic), offered at `--overload` times what the fleet can prefill,
 goes first through qos-sidecar, then, once the GPUs have drained, straight through the
 Envoy without QoS. Prints a per-tier table; `--json` and `--plot` keep the figures.
 """
@@ -27,22 +27,22 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sidecar.benchmarks import report, screenshots
-from sidecar.benchmarks.gateway_timing import shed_times, with_shed_log
-from sidecar.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
-from sidecar.benchmarks.traffic import (
+from sidecar.config.schema import QosConfig
+from sidecar.options import setting
+from sidecar.ports import free_port
+from sidecar.tooling.benchmarks import report, screenshots
+from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
+from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
+from sidecar.tooling.benchmarks.traffic import (
     CALLERS,
     PlannedRequest,
     capacity_rps,
     mean_prompt_tokens,
     plan,
 )
-from sidecar.config.schema import QosConfig
-from sidecar.options import setting
-from sidecar.stack import envoy_config, readiness
-from sidecar.stack.ports import free_port
-from sidecar.stack.processes import ManagedProcess, StackError
-from sidecar.stack.stack import Stack, StackOptions, start_envoy
+from sidecar.tooling.stack import envoy_config, readiness
+from sidecar.tooling.stack.processes import ManagedProcess, StackError
+from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
 PREFILL_TOKENS_PER_SECOND = 16_384.0  # the mock's default, per replica
 NO_QOS, QOS = "no QoS", "QoS"
@@ -300,7 +300,7 @@ def main(settings: Settings) -> int:
         Path(settings.json).write_text(json.dumps(document, indent=1))
         print(f"figures: {settings.json}")
     if settings.plot:
-        from sidecar.benchmarks.plot import plot
+        from sidecar.tooling.benchmarks.plot import plot
 
         prefill = "chunked" if settings.chunked_prefill else "unchunked"
         where = (
@@ -363,7 +363,7 @@ def _start_noop(stack: Stack, work: Path) -> str:
     address = f"127.0.0.1:{port}"
     noop = ManagedProcess(
         "noop-processor",
-        [sys.executable, "-m", "sidecar.benchmarks.noop", "--port", str(port)],
+        [sys.executable, "-m", "sidecar.tooling.benchmarks.noop", "--port", str(port)],
         work / "noop-processor.log",
     )
     stack.processes.append(noop.start_ready(lambda: readiness.grpc_serving(address)))
@@ -376,7 +376,7 @@ def _start_probes(targets: dict[str, str], seconds: float) -> dict[str, subproce
             [
                 sys.executable,
                 "-m",
-                "sidecar.benchmarks.probe",
+                "sidecar.tooling.benchmarks.probe",
                 address,
                 "--seconds",
                 str(seconds),
