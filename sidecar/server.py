@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
 from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
-from sidecar.completion.usage import streamed_output_tokens
+from sidecar.completion.settlement import settle
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
@@ -198,34 +198,17 @@ class SidecarServer:
             )
 
     def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
-        """The request's real cost against what it reserved: exact from the answer's
-        usage, estimated from a stream's size otherwise. A whole answer whose usage never
-        came (the client left) keeps its reservation: the GPU may have done the work."""
-        output, source = end.completion_tokens, "usage"
-        if (
-            output is None
-            and end.prompt_tokens is not None
-            and not reservation.charge.expected_output
-        ):
-            output = 0  # an answer with no output (embeddings): its prompt's count settles it
-        guess = None
-        if slot.stream and reservation.sized:
-            guess = streamed_output_tokens(
-                end.response_body_bytes, reservation.chat, reservation.model
-            )
-        if output is None:
-            if guess is None:
-                return
-            output, source = guess, "estimate"
-        elif guess is not None and output > 0:
-            # A stream that carried its usage says how far the size's estimate would be.
-            self.metrics.estimate_error.observe((guess - output) / output)
-        difference = reservation.charge.difference(end.prompt_tokens, output)
+        """Give the buckets back what the request did not use, or take what it owes."""
+        settled = settle(slot.stream, reservation, end)
+        if settled is None:
+            return
+        if settled.estimate_error is not None:
+            self.metrics.estimate_error.observe(settled.estimate_error)
         if self.decider is not None:
-            self.decider.give_back(reservation, -difference)
+            self.decider.give_back(reservation, -settled.difference)
         tier = slot.tier.value
         self.metrics.output_reserved.labels(tier).inc(reservation.charge.expected_output)
-        self.metrics.output_settled.labels(tier, source).inc(output)
+        self.metrics.output_settled.labels(tier, settled.source).inc(settled.output)
 
     def _first_byte(self, admitted: Admit, seconds: float) -> None:
         if admitted.tier:

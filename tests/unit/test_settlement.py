@@ -1,0 +1,48 @@
+"""An ended exchange's real cost against its reservation, from each source there is."""
+
+from __future__ import annotations
+
+from envoy.data.accesslog.v3 import accesslog_pb2
+
+from sidecar.completion.access_log import ExchangeEnd
+from sidecar.completion.settlement import settle
+from sidecar.config.schema import Tier
+from sidecar.policy.cost import Charge, Reservation
+
+CHARGE = Charge(prompt_tokens=20, expected_output=200, weight=1.0, output_weight=1.0)
+
+
+def reservation(charge: Charge = CHARGE, sized: bool = True) -> Reservation:
+    return Reservation(charge, (), True, "m", "default", Tier.P1, sized=sized)
+
+
+def end(prompt: int | None = None, completion: int | None = None, size: int = 0) -> ExchangeEnd:
+    return ExchangeEnd(
+        "slot", "p1", 200, accesslog_pb2.ResponseFlags(), None, None, prompt, completion, size
+    )
+
+
+def test_a_whole_answer_is_settled_from_its_usage():
+    settled = settle(False, reservation(), end(prompt=25, completion=50))
+    assert (settled.output, settled.source) == (50, "usage")
+    assert settled.difference == (25 + 50) - (20 + 200)  # given back
+    assert settled.estimate_error is None
+
+
+def test_a_whole_answer_without_usage_keeps_its_reservation():
+    assert settle(False, reservation(), end()) is None
+
+
+def test_a_stream_without_usage_is_estimated_from_its_size_and_one_with_it_measures_that():
+    estimated = settle(True, reservation(), end(size=20_000))
+    assert estimated.source == "estimate" and estimated.output > 0
+    measured = settle(True, reservation(), end(completion=estimated.output, size=20_000))
+    assert measured.source == "usage" and measured.estimate_error == 0.0
+    # A stream of another API's shape has no size estimate: no usage, nothing settled.
+    assert settle(True, reservation(sized=False), end(size=20_000)) is None
+
+
+def test_an_answer_with_no_output_is_settled_from_its_prompt():
+    embeddings = Charge(prompt_tokens=1024, expected_output=0, weight=1.0, output_weight=0.0)
+    settled = settle(False, reservation(embeddings), end(prompt=600))
+    assert (settled.output, settled.difference) == (0, 600 - 1024)
