@@ -11,6 +11,7 @@ from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
     BucketSpec,
     FairShare,
+    Owner,
     Verdict,
     fair_share_keys,
     tenant_bucket_key,
@@ -35,7 +36,8 @@ def budget_buckets(
         if tenant_rate is not None:
             key = tenant_bucket_key(tier.value, identity.tenant_label, kept_for)
             tenant_burst = tenant_rate * tenant.burst_seconds
-            buckets.append(BucketSpec(key, tenant_rate, tenant_burst, debt=tenant_rate * debt))
+            owed = tenant_rate * debt
+            buckets.append(BucketSpec(key, tenant_rate, tenant_burst, None, owed, Owner.TENANT))
     return buckets
 
 
@@ -69,11 +71,11 @@ def budget_reason(verdict: Verdict) -> Reason:
     return Reason.SHED_FAIR_SHARE if verdict.over_fair_share else Reason.SHED_TIER_BUDGET
 
 
-def too_big(identity: Identity, cost: float, index: int, bucket: BucketSpec) -> Refusal:
+def too_big(identity: Identity, cost: float, bucket: BucketSpec) -> Refusal:
     """A prompt no burst of this budget holds: the message names the bucket, its size
     and the burst that would admit it."""
     seconds = cost / bucket.rate
-    if index > 0:  # the tenant's own bucket
+    if bucket.owner is Owner.TENANT:
         whose = f"tenant {identity.tenant_label}'s budget"
         fix = (
             f"`qos-sidecar tenants add {identity.tenant_label} --update "

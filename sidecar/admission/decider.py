@@ -34,11 +34,7 @@ from sidecar.bodies.read import read
 from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.schema import Mode, Tier, TierConfig
 from sidecar.config.store import Snapshot
-from sidecar.limiter.buckets import (
-    BucketSpec,
-    Limiter,
-    Verdict,
-)
+from sidecar.limiter.buckets import BucketSpec, Limiter, Owner, Verdict
 from sidecar.limiter.resilient import LocalTokenBuckets
 from sidecar.openai_api.prompt import TextCounter
 from sidecar.overload.monitor import HeldAdmission
@@ -122,9 +118,8 @@ class AdmissionDecider:
         slo = self._snapshot().config.slo
         if slo.ttft_sample_rate <= 0 or self._sample() >= slo.ttft_sample_rate:
             return False
-        budget = BucketSpec(
-            "ttft-samples", slo.ttft_samples_per_second, slo.ttft_samples_per_second
-        )
+        rate = slo.ttft_samples_per_second
+        budget = BucketSpec("ttft-samples", rate, rate, owner=Owner.SAMPLES)
         return self._watch_budget.acquire(1, [budget]).allowed
 
     async def decide(self, request: RequestView) -> Decision:
@@ -213,10 +208,10 @@ class AdmissionDecider:
         if verdict.allowed:
             _confirm(held, verdict.recorded_ms)
             return await self._take_slot(_reserved(request, buckets))
-        refused = buckets[verdict.refused or 0]
+        refused = verdict.refused or buckets[0]
         if verdict.retry_after is None:
-            raise too_big(request.identity, cost, verdict.refused or 0, refused)
-        if verdict.refused and verdict.refused > 0:  # the tenant's own bucket
+            raise too_big(request.identity, cost, refused)
+        if refused.owner is Owner.TENANT:
             raise Refusal(
                 Reason.TENANT_RATE_LIMITED,
                 f"Rate limit reached for tenant {request.identity.tenant_label}.",
@@ -362,10 +357,10 @@ def _charged(decision: Decision, request: _Request) -> Decision:
 def _within(request: _Request, buckets: list[BucketSpec]) -> _Request:
     """The request reserving no more than its smallest bucket holds (the rest of its cost
     is owed when its answer is settled); refused when its prompt alone is more."""
-    index, smallest = min(enumerate(buckets), key=lambda pair: pair[1].burst)
+    smallest = min(buckets, key=lambda bucket: bucket.burst)
     charge = dataclasses.replace(request.charge, ceiling=smallest.burst)
     if charge.prompt_cost > smallest.burst:
-        raise too_big(request.identity, charge.prompt_cost, index, smallest)
+        raise too_big(request.identity, charge.prompt_cost, smallest)
     return dataclasses.replace(request, charge=charge)
 
 

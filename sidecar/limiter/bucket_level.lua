@@ -1,14 +1,10 @@
--- What token_bucket.lua and settle.lua share, put before each when it is loaded
--- (limiter/redis_buckets.py): Redis's clock, a bucket's level refilled to now, and its
--- store. Time is Redis's own (TIME), never a caller's: sidecars on many hosts share the
--- buckets and their clocks differ. A missing key is a full bucket, so every key lives at
--- least until it would have refilled anyway. Its field 'x' says until when its expiry
--- is set (Redis ms), so the expiry is pushed out only when a store needs it later, and
--- then by more than it needs: one PEXPIRE a refill time, not one a request. 'x' holds
--- only while 'xs' equals 'ts' (the store that wrote 'ts' knew it): a writer that sets
--- expiries itself on every store and leaves 'x' alone (a sidecar before 'x') makes it
--- unknown, and the expiry is set again. A tier's bucket also holds its fair shares
--- (token_bucket.lua), read and written with it.
+-- A bucket: Redis's clock, its level refilled to now, and its store. Time is Redis's
+-- own (TIME), never a caller's: sidecars on many hosts share the buckets and their
+-- clocks differ. A missing key is a full bucket, so every key lives at least until it
+-- would have refilled anyway. Its field 'x' says until when its expiry is set (Redis
+-- ms), so the expiry is pushed out only when a store needs it later, and then by more
+-- than it needs: one PEXPIRE a refill time, not one a request. A tier's bucket also
+-- holds its fair shares and its pool's recent admissions, read and written with it.
 
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
@@ -17,14 +13,12 @@ local expires = {}  -- key → its field 'x', as read
 -- The level refilled to now, and the values of `more` fields of the same hash (read in
 -- the same HMGET).
 local function refilled(key, rate, burst, more)
-  local state = redis.call('HMGET', key, 'tokens', 'ts', 'x', 'xs', unpack(more or {}))
+  local state = redis.call('HMGET', key, 'tokens', 'ts', 'x', unpack(more or {}))
   local tokens, ts = tonumber(state[1]), tonumber(state[2])
-  if state[3] and state[4] == state[2] then
-    expires[key] = tonumber(state[3])
-  end
+  expires[key] = tonumber(state[3])
   local extra = {}
-  for i = 5, #state do
-    extra[i - 4] = state[i]
+  for i = 4, #state do
+    extra[i - 3] = state[i]
   end
   if tokens == nil or ts == nil then
     return burst, extra
@@ -54,7 +48,7 @@ local function store(key, tokens, rate, burst, more, keep)
   local slack = math.max(burst * 1000 / rate, keep or 0)
   local expiry, ttl = outlive(key, life, slack)
   local stamp = tostring(now)
-  local fields = {'tokens', tostring(tokens), 'ts', stamp, 'xs', stamp}
+  local fields = {'tokens', tostring(tokens), 'ts', stamp}
   for _, list in ipairs({expiry, more or {}}) do
     for _, value in ipairs(list) do
       fields[#fields + 1] = value

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.overload.admitted import AdmittedLoad
+from sidecar.limiter.records import AdmittedLoad
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,14 @@ class FairShare:
     reserve: float  # tokens
 
 
+class Owner(enum.Enum):
+    """Whose budget a bucket is: what a refusal by it tells the client and the operator."""
+
+    TIER = "tier"  # the tier's in a pool, shared by its tenants
+    TENANT = "tenant"  # one tenant's own
+    SAMPLES = "samples"  # the sidecar's own: how many responses it times
+
+
 @dataclass(frozen=True)
 class BucketSpec:
     key: str
@@ -34,6 +43,7 @@ class BucketSpec:
     # How deep a settlement may take it below zero, in tokens (None: one burst). A
     # request reserves at most a burst; what its answer cost beyond is owed here.
     debt: float | None = None
+    owner: Owner = Owner.TIER
 
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.burst <= 0:
@@ -47,7 +57,7 @@ class BucketSpec:
 @dataclass(frozen=True)
 class Verdict:
     allowed: bool
-    refused: int | None = None  # index into the buckets asked for, when refused
+    refused: BucketSpec | None = None  # the bucket that refused it (the longest wait)
     retry_after: float | None = None  # seconds; None when waiting can never help
     remaining: float = 0.0  # tokens left in the first bucket
     # Refused because the tenant is over its fair share of the contended tier: the rest

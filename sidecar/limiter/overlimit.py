@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
-from sidecar.overload.admitted import AdmittedLoad
+from sidecar.limiter.records import AdmittedLoad
 
 # The script rounds a wait up to the next millisecond: the level it implies is low by up
 # to a millisecond of refill, so the bound adds one.
@@ -40,7 +40,7 @@ class OverLimitCache:
         self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
     ) -> Verdict:
         now = self._clock()
-        for index, bucket in enumerate(buckets):
+        for bucket in buckets:
             if cost > bucket.burst:  # beyond the burst: Redis says never
                 continue
             for key, over_share in _keys(bucket):
@@ -52,13 +52,13 @@ class OverLimitCache:
                     self.hits += 1
                     return Verdict(
                         False,
-                        refused=index,
+                        refused=bucket,
                         retry_after=(cost - most) / bucket.rate,
                         over_fair_share=over_share,
                     )
         verdict = await self._inner.acquire(cost, buckets, load)
         if not verdict.allowed and verdict.retry_after and verdict.refused is not None:
-            bucket = buckets[verdict.refused]
+            bucket = verdict.refused
             waited = max(0.0, verdict.retry_after - ROUNDING_SECONDS)
             key = _keys(bucket)[-1 if verdict.over_fair_share else 0][0]
             self._bounds[key] = (now, cost - waited * bucket.rate)

@@ -8,15 +8,28 @@ from importlib import resources
 import redis.asyncio as redis
 
 from sidecar.config.schema import Tier
-from sidecar.limiter.buckets import BucketSpec, Verdict, tier_bucket_key
-from sidecar.overload.admitted import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, admitted_key
+from sidecar.limiter.buckets import BucketSpec, FairShare, Verdict, tier_bucket_key
+from sidecar.limiter.records import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad
 from sidecar.redis_multiplexed import MultiplexedRedis
 
 _LUA = resources.files("sidecar.limiter")
-# Both scripts start with the bucket arithmetic they share.
-_LEVEL = _LUA.joinpath("bucket_level.lua").read_text()
-SCRIPT = _LEVEL + _LUA.joinpath("token_bucket.lua").read_text()
-SETTLE = _LEVEL + _LUA.joinpath("settle.lua").read_text()
+
+
+def _joined(*names: str) -> str:
+    """One script of the Lua files, in order: each defines what the later ones use."""
+    return "\n".join(_LUA.joinpath(name).read_text() for name in names)
+
+
+# The bucket's arithmetic and the argument protocol first, then what the script uses.
+SCRIPT = _joined(
+    "bucket_level.lua",
+    "arguments.lua",
+    "fair_entry.lua",
+    "fair_share.lua",
+    "admission_record.lua",
+    "token_bucket.lua",
+)
+SETTLE = _joined("bucket_level.lua", "arguments.lua", "fair_entry.lua", "settle.lua")
 
 
 class RedisTokenBuckets:
@@ -43,22 +56,15 @@ class RedisTokenBuckets:
     async def acquire(
         self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
     ) -> Verdict:
-        for index, bucket in enumerate(buckets):
-            if cost > bucket.burst:  # can never fit: no need to ask Redis
-                return Verdict(False, refused=index, retry_after=None, remaining=bucket.burst)
-        keys = [b.key for b in buckets]
-        args: list[float | str] = [cost]
         for bucket in buckets:
-            args += [bucket.rate, bucket.burst]
+            if cost > bucket.burst:  # can never fit: no need to ask Redis
+                return Verdict(False, refused=bucket, retry_after=None, remaining=bucket.burst)
+        keys, args = _arguments(cost, buckets)
         if load is not None:  # in the tier's bucket of its pool, read and written with it
-            keys.append(record_key(load, buckets))
+            _check_recorded_in(load, buckets)
             args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
             args.append(1 if load.even_over_budget else 0)
-        fair = buckets[0].fair if buckets else None
-        if fair is not None:  # the first bucket is the tier's
-            keys += [fair.state_key, fair.active_key]
-            args += ["fair", fair.tenant, fair.weight, fair.window_seconds * 1000]
-            args += [fair.active_seconds * 1000, fair.reserve]
+        _add_fair(keys, args, buckets)
         allowed, refused, wait_ms, remaining, recorded, over_share = await self._script(
             keys=keys, args=args
         )
@@ -66,7 +72,7 @@ class RedisTokenBuckets:
             return Verdict(True, remaining=float(remaining), recorded_ms=int(recorded))
         return Verdict(
             False,
-            refused=int(refused) - 1,
+            refused=buckets[int(refused) - 1],
             retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
             remaining=float(remaining),
             recorded_ms=int(recorded),
@@ -74,19 +80,29 @@ class RedisTokenBuckets:
         )
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
-        keys = [b.key for b in buckets]
-        args: list[float | str] = [delta]
-        for bucket in buckets:
-            args += [bucket.rate, bucket.burst, bucket.max_debt]
-        fair = buckets[0].fair if buckets else None
-        if fair is not None:  # what the tenant was served, in its tier's fair shares
-            keys.append(fair.state_key)
-            args += ["fair", fair.tenant, fair.window_seconds * 1000]
+        keys, args = _arguments(delta, buckets)
+        _add_fair(keys, args, buckets)  # what the tenant was served, in its fair shares
         return float(await self._settle(keys=keys, args=args))
 
 
-def record_key(load: AdmittedLoad, buckets: Sequence[BucketSpec]) -> str:
-    """Where the admission is recorded: in the first bucket when that is its tier's in its
-    pool (one HMGET and one HSET for both), else in the tier's record of its own."""
-    bucket = tier_bucket_key(load.tier, load.pool)
-    return bucket if buckets and buckets[0].key == bucket else admitted_key(load.tier)
+def _arguments(tokens: float, buckets: Sequence[BucketSpec]) -> tuple[list[str], list[float | str]]:
+    """The keys and arguments both scripts take first (arguments.lua)."""
+    args: list[float | str] = [tokens]
+    for bucket in buckets:
+        args += [bucket.rate, bucket.burst, bucket.max_debt]
+    return [b.key for b in buckets], args
+
+
+def _add_fair(keys: list[str], args: list[float | str], buckets: Sequence[BucketSpec]) -> None:
+    fair: FairShare | None = buckets[0].fair if buckets else None
+    if fair is not None:  # the first bucket is the tier's
+        keys += [fair.state_key, fair.active_key]
+        args += ["fair", fair.tenant, fair.weight, fair.window_seconds * 1000]
+        args += [fair.active_seconds * 1000, fair.reserve]
+
+
+def _check_recorded_in(load: AdmittedLoad, buckets: Sequence[BucketSpec]) -> None:
+    """An admission is recorded in the first bucket, which must be its tier's in its pool
+    (one HMGET and one HSET for both)."""
+    if not buckets or buckets[0].key != tier_bucket_key(load.tier, load.pool):
+        raise ValueError(f"the load of {load.tier} in {load.pool} is recorded in its tier's bucket")

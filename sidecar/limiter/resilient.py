@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +24,7 @@ from prometheus_client.registry import Collector
 from sidecar import redis_errors
 from sidecar.limiter.buckets import BucketSpec, Limiter, Verdict
 from sidecar.limiter.overlimit import OverLimitCache
-from sidecar.overload.admitted import AdmittedLoad
+from sidecar.limiter.records import AdmittedLoad
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,14 @@ class LocalTokenBuckets:
         now = self._clock()
         levels = []
         refused, longest = None, 0.0
-        for index, bucket in enumerate(buckets):
+        for bucket in buckets:
             if cost > bucket.burst:
-                return Verdict(False, refused=index, retry_after=None, remaining=bucket.burst)
+                return Verdict(False, refused=bucket, retry_after=None, remaining=bucket.burst)
             tokens, at = self._state.get(bucket.key, (bucket.burst, now))
             tokens = min(bucket.burst, tokens + max(0.0, now - at) * bucket.rate)
             levels.append(tokens)
             if tokens < cost and (wait := (cost - tokens) / bucket.rate) > longest:
-                refused, longest = index, wait
+                refused, longest = bucket, wait
         if refused is not None:
             return Verdict(False, refused=refused, retry_after=longest, remaining=levels[0])
         for bucket, tokens in zip(buckets, levels, strict=True):
@@ -110,7 +111,11 @@ class ResilientLimiter:
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # Decided here alone: the load is projected by this sidecar only (not recorded).
-        return self._local.acquire(cost, self._my_share(buckets))
+        shares = self._my_share(buckets)
+        verdict = self._local.acquire(cost, shares)
+        if verdict.refused is None:
+            return verdict
+        return dataclasses.replace(verdict, refused=buckets[shares.index(verdict.refused)])
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
         if not self.degraded:
@@ -137,7 +142,9 @@ class ResilientLimiter:
         """Each bucket cut to this sidecar's share of it, while budgets are local."""
         share = max(1, self._sidecars_alive())
         return [
-            BucketSpec(b.key, b.rate / share, b.burst / share, debt=b.max_debt / share)
+            dataclasses.replace(
+                b, rate=b.rate / share, burst=b.burst / share, debt=b.max_debt / share
+            )
             for b in buckets
         ]
 

@@ -6,11 +6,7 @@ says so. So every admission is projected at once: the KV blocks vLLM gives its p
 when it schedules it (prompt + the first output token, in blocks of the pool's block
 size) and one request in flight. It counts until a report newer than it arrives from
 the pod it went to (as the load balancer spreads requests, a pod's share of it).
-
-Cluster-wide, the token-bucket script that charges the admission also records it, in
-the hash of the tier's bucket in its pool (read and written with the level: no extra
-round trip, no extra command), per `SLOT_MS` of Redis time; every sidecar reads those
-records with the pods' reports.
+Cluster-wide, the charge records it with the buckets (limiter/records.py).
 """
 
 from __future__ import annotations
@@ -18,32 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# Admissions are recorded per slot of Redis time this long.
-SLOT_MS = 50
+from sidecar.limiter.records import AdmittedLoad
+
 # A report received this soon after an admission may not show it yet (the request was
 # still on its way to the engine when the pod was scraped): it still counts.
 OVERLAP_SECONDS = 0.05
-# A record nobody writes to any more goes after this long (the longest report TTL, and
-# then some); readers drop its old slots sooner, by their own TTL.
-RECORD_EXPIRE_MS = 61_000
 # vLLM's default --block-size, for pods that do not report theirs.
 DEFAULT_BLOCK_SIZE = 16
-
-
-def admitted_key(tier: str) -> str:
-    """The tier's record of recent admissions apart from its buckets (in their slot, by
-    hash tag): for an admission whose first bucket is not its tier's in its pool, and
-    as sidecars before the buckets held the records wrote them."""
-    return f"qos:{{bucket-{tier}}}:admitted"
-
-
-@dataclass(frozen=True)
-class AdmittedLoad:
-    tier: str
-    pool: str
-    blocks: int  # the KV blocks its prompt takes when the engine schedules it
-    # Recorded even when its budget refuses it (a tier never shed for budget).
-    even_over_budget: bool = False
 
 
 def admitted_load(

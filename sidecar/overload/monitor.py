@@ -29,11 +29,10 @@ from sidecar.background import Background
 from sidecar.config.pools import Pool
 from sidecar.config.schema import OverloadConfig, Tier
 from sidecar.config.store import Snapshot
+from sidecar.limiter.records import SLOT_MS, AdmittedLoad
 from sidecar.overload.admission_records import AdmissionRecords
 from sidecar.overload.admitted import (
     OVERLAP_SECONDS,
-    SLOT_MS,
-    AdmittedLoad,
     Recent,
     RecentAdmissions,
     admitted_load,
@@ -164,7 +163,7 @@ class LoadMonitor:
         oldest = max(pod.age_seconds for pod in pods)
         newer_than = oldest + OVERLAP_SECONDS + SLOT_MS / 1000
         try:
-            return await self._records.recent(newer_than, overload.report_ttl_seconds + 1.0)
+            return await self._records.recent(newer_than)
         except Exception as error:  # redis-py may raise more than RedisError mid-reconnect
             redis_errors.note("admission_records")
             log.debug("admission records not read: %s", error)

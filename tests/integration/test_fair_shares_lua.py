@@ -47,7 +47,7 @@ async def test_over_its_share_a_tenant_stops_at_the_reserve_kept_for_the_others(
     # Served more than the tier's tenants on average, a may take only what lies above the
     # reserve: 490 of the 990 left (the refill may let one more in).
     assert 400 <= taken <= 500, taken
-    assert verdict.over_fair_share and verdict.refused == 0
+    assert verdict.over_fair_share and verdict.refused == tier("a")
     assert verdict.remaining >= RESERVE - 100 - 1
     # ~0.1 s: what a lacks above the reserve, at the tier's rate.
     assert 0 < verdict.retry_after <= 0.1 + 0.01
@@ -101,7 +101,7 @@ async def test_a_tenant_refused_by_its_own_rate_does_not_contend_for_the_tier(ar
     buckets = RedisTokenBuckets(aredis)
     own = BucketSpec(tenant_bucket_key("p1", "capped"), rate=1, burst=10)
     verdict = await buckets.acquire(50, [tier("capped"), own])
-    assert not verdict.allowed and verdict.refused == 1  # cost above its own burst
+    assert not verdict.allowed and verdict.refused == own  # cost above its own burst
     verdict = await buckets.acquire(5, [tier("capped"), own])
     assert verdict.allowed
     assert not (await buckets.acquire(8, [tier("capped"), own])).allowed  # its own rate

@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from sidecar.limiter.buckets import BucketSpec, tenant_bucket_key, tier_bucket_key
+from sidecar.limiter.buckets import BucketSpec, Owner, tenant_bucket_key, tier_bucket_key
+from sidecar.limiter.records import SLOT_MS, AdmittedLoad
 from sidecar.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
 from sidecar.overload.admission_records import AdmissionRecords
-from sidecar.overload.admitted import SLOT_MS, AdmittedLoad, admitted_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 TIER = BucketSpec(tier_bucket_key("p1"), rate=1000, burst=500)
-TENANT = BucketSpec(tenant_bucket_key("p1", "acme"), rate=100, burst=200)
+TENANT = BucketSpec(tenant_bucket_key("p1", "acme"), rate=100, burst=200, owner=Owner.TENANT)
 
 
 async def server_ms(client) -> float:
@@ -35,7 +35,7 @@ async def test_a_missing_bucket_is_full_and_drains(aredis):
     first = await buckets.acquire(500, [TIER])
     assert first.allowed and first.remaining == pytest.approx(0, abs=1)
     second = await buckets.acquire(100, [TIER])
-    assert not second.allowed and second.refused == 0
+    assert not second.allowed and second.refused == TIER
     # 100 tokens at 1000/s: about 100 ms, less what refilled since the first call.
     assert 0.05 < second.retry_after <= 0.1
 
@@ -66,7 +66,7 @@ async def test_all_or_nothing_across_tier_and_tenant(aredis):
     await set_state(aredis, TIER.key, 400, now)
     await set_state(aredis, TENANT.key, 50, now)
     verdict = await buckets.acquire(100, [TIER, TENANT])
-    assert not verdict.allowed and verdict.refused == 1
+    assert not verdict.allowed and verdict.refused == TENANT
     # The tenant lacks ~50 tokens at 100/s: about half a second.
     assert 0.45 <= verdict.retry_after <= 0.5
     assert await tokens(aredis, TIER.key) == 400  # the tier bucket was not charged
@@ -83,7 +83,7 @@ async def test_the_longest_wait_names_the_refusing_bucket(aredis):
     await set_state(aredis, TIER.key, 0, now)  # 100 tokens short: 0.1 s at 1000/s
     await set_state(aredis, TENANT.key, 150, now)  # enough
     verdict = await buckets.acquire(100, [TIER, TENANT])
-    assert verdict.refused == 0 and verdict.retry_after == pytest.approx(0.1, abs=0.01)
+    assert verdict.refused == TIER and verdict.retry_after == pytest.approx(0.1, abs=0.01)
 
 
 async def test_every_key_expires_once_it_would_be_full_again(aredis):
@@ -97,10 +97,10 @@ async def test_every_key_expires_once_it_would_be_full_again(aredis):
 
 async def test_a_cost_above_the_burst_is_refused_at_once(aredis):
     verdict = await RedisTokenBuckets(aredis).acquire(201, [TIER, TENANT])
-    assert not verdict.allowed and verdict.refused == 1 and verdict.retry_after is None
+    assert not verdict.allowed and verdict.refused == TENANT and verdict.retry_after is None
     assert await aredis.exists(TIER.key, TENANT.key) == 0  # Redis was not asked
     # The script refuses it too, should a caller skip the check.
-    raw = await aredis.eval(SCRIPT, 1, TIER.key, 501, TIER.rate, TIER.burst)
+    raw = await aredis.eval(SCRIPT, 1, TIER.key, 501, TIER.rate, TIER.burst, TIER.max_debt)
     assert raw[:3] == [0, 1, -1]
 
 
@@ -114,46 +114,53 @@ async def test_script_survives_a_script_flush(aredis):
 
 async def test_admissions_are_recorded_with_their_budget_call_and_read_back(aredis):
     buckets = RedisTokenBuckets(aredis)
-    records = AdmissionRecords(aredis)
+    records = AdmissionRecords(aredis, lambda: ("default", "pool-b"))
     p1 = AdmittedLoad("p1", "default", blocks=3)
     first = await buckets.acquire(100, [TIER], p1)
     assert first.recorded_ms >= await server_ms(aredis) - 1000  # Redis's time
     assert (await buckets.acquire(100, [TIER, TENANT], p1)).recorded_ms >= first.recorded_ms
     assert (await buckets.acquire(100, [TIER])).recorded_ms == 0  # nothing asked
     # Refused: not recorded, unless the tier is admitted over its budget anyway.
-    refused = await buckets.acquire(400, [TIER], AdmittedLoad("p1", "pool-b", blocks=9))
+    pool_b = BucketSpec(tier_bucket_key("p1", "pool-b"), rate=10, burst=10)
+    admitted = await buckets.acquire(10, [pool_b, TENANT], AdmittedLoad("p1", "pool-b", 9))
+    assert admitted.allowed and admitted.recorded_ms
+    refused = await buckets.acquire(10, [pool_b], AdmittedLoad("p1", "pool-b", blocks=9))
     assert not refused.allowed and not refused.recorded_ms
-    over = await buckets.acquire(400, [TIER], AdmittedLoad("p1", "pool-b", 9, True))
+    over = await buckets.acquire(10, [pool_b], AdmittedLoad("p1", "pool-b", 9, True))
     assert not over.allowed and over.recorded_ms
-    await RedisTokenBuckets(aredis).acquire(1, [BucketSpec(tier_bucket_key("p2"), 10, 10)], p1)
+    p2 = BucketSpec(tier_bucket_key("p2"), 10, 10)
+    await buckets.acquire(1, [p2], AdmittedLoad("p2", "default", blocks=3))
 
-    read = await records.recent(newer_than=5.0, keep=10.0)
+    read = await records.recent(newer_than=5.0)
     assert read.holds("p1", first.recorded_ms)  # recorded before the read
     assert not read.holds("p1", read.read_ms["p1"]) and not read.holds("p1", 0)
     recent = read.by_pool
     assert set(recent) == {"default", "pool-b"}
     assert sum(r.blocks for r in recent["default"]) == 3 * 3  # p1 twice, p2 once
     assert sum(r.requests for r in recent["default"]) == 3
-    assert sum(r.blocks for r in recent["pool-b"]) == 9
+    assert sum(r.blocks for r in recent["pool-b"]) == 9 * 2  # admitted, and over budget
     assert all(0 <= r.age_seconds < 5 for r in recent["default"])
-    # Recorded apart (in another pool than the first bucket's, or by sidecars before the
-    # buckets held the records): once its slots have ended, a reader keeping nothing
-    # older deletes them. The tier's bucket keeps its own (its writers drop them).
-    apart = admitted_key("p1")
-    assert await aredis.hlen(apart) >= 2  # pool-b's, and the one in the p2 bucket's call
-    while await aredis.hlen(apart):
-        await asyncio.sleep(SLOT_MS / 1000)  # polling: the slot ends on Redis's clock
-        await records.recent(newer_than=0.0, keep=0.0)
-    left = (await records.recent(newer_than=5.0, keep=10.0)).by_pool
-    assert set(left) == {"default"} and sum(r.requests for r in left["default"]) == 2
+    # Nothing is read once its slots have ended longer ago than asked for.
+    for _ in range(200):  # polling: the slot ends on Redis's clock
+        if not (await records.recent(newer_than=SLOT_MS / 1000)).by_pool:
+            break
+        await asyncio.sleep(SLOT_MS / 1000)
+    else:
+        pytest.fail("slots that ended longer ago than asked for are still read")
+
+
+async def test_a_load_is_recorded_in_its_tiers_bucket_of_its_pool_only(aredis):
+    with pytest.raises(ValueError, match="recorded in its tier's bucket"):
+        await RedisTokenBuckets(aredis).acquire(1, [TIER], AdmittedLoad("p1", "pool-b", 1))
+    assert await aredis.exists(TIER.key) == 0  # Redis was not asked
 
 
 async def test_the_bucket_drops_its_recorded_slots_once_they_are_older_than_kept(aredis):
     key = TIER.key
 
     async def record() -> int:
-        args = [1, TIER.rate, TIER.burst, "record", 2, "default", SLOT_MS, SLOT_MS, 0]
-        reply = await aredis.eval(SCRIPT, 2, key, key, *args)
+        args = [1, TIER.rate, TIER.burst, TIER.max_debt, "record", 2, "default", SLOT_MS]
+        reply = await aredis.eval(SCRIPT, 1, key, *args, SLOT_MS, 0)
         return int(reply[4]) // SLOT_MS  # the slot, on Redis's clock
 
     first = await record()

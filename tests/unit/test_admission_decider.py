@@ -31,6 +31,14 @@ TENANTS = {
 ALLOW = Verdict(True)
 
 
+def named(verdict: Verdict, buckets) -> Verdict:
+    """The verdict, its refusing bucket given by index in the test, named as a limiter
+    names it: the bucket itself."""
+    if isinstance(verdict.refused, int):
+        return dataclasses.replace(verdict, refused=buckets[verdict.refused])
+    return verdict
+
+
 class FakeLimiter:
     def __init__(self, verdict: Verdict | Exception = ALLOW) -> None:
         self.verdict = verdict
@@ -40,7 +48,7 @@ class FakeLimiter:
         self.calls.append((cost, list(buckets)))
         if isinstance(self.verdict, Exception):
             raise self.verdict
-        return self.verdict
+        return named(self.verdict, buckets)
 
 
 class RefillsSoon(FakeLimiter):
@@ -49,7 +57,7 @@ class RefillsSoon(FakeLimiter):
     async def acquire(self, cost, buckets, load=None):
         self.calls.append((cost, list(buckets)))
         if len(self.calls) == 1:
-            return Verdict(False, refused=0, retry_after=0.01)
+            return Verdict(False, refused=buckets[0], retry_after=0.01)
         return Verdict(True)
 
 

@@ -37,7 +37,7 @@ async def test_a_refused_bucket_is_answered_locally_until_it_refills():
     clock.now = 1.0
     # The bucket held nothing at 0 s, so at most 10 tokens now (and a millisecond's more).
     again = await cache.acquire(60, [TIER, TENANT])
-    assert (again.allowed, again.refused) == (False, 0)
+    assert (again.allowed, again.refused) == (False, TIER)
     assert again.retry_after == pytest.approx(5.0, abs=0.002)  # when 60 may fit
     cheaper = await cache.acquire(20, [TIER, TENANT])  # cheaper than the refused 40: local too
     assert not cheaper.allowed and cheaper.retry_after == pytest.approx(1.0, abs=0.002)
@@ -82,7 +82,8 @@ class OverShare:
     async def acquire(self, cost, buckets, load=None) -> Verdict:
         self.calls += 1
         rate = buckets[0].rate
-        return Verdict(False, refused=0, retry_after=self.lacking / rate, over_fair_share=True)
+        lacking = self.lacking / rate
+        return Verdict(False, refused=buckets[0], retry_after=lacking, over_fair_share=True)
 
 
 def fair_tier(tenant: str) -> BucketSpec:

@@ -64,7 +64,7 @@ class Records:
         self.entries: dict[str, list[Recent]] = {}
         self.read_ms = 0
 
-    async def recent(self, newer_than: float, keep: float) -> RecentAdmissions:
+    async def recent(self, newer_than: float) -> RecentAdmissions:
         return RecentAdmissions(self.entries, dict.fromkeys(("p0", "p1", "p2"), self.read_ms))
 
 
