@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 import signal
-from typing import Any
+from typing import Protocol
 
 import grpc
 import redis.asyncio as redis
@@ -17,16 +17,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
-from sidecar.completion.access_log import AccessLogReceiver, ExchangeEnd
-from sidecar.completion.settlement import settle
-from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import Tier
+from sidecar.admission.decider import AdmissionDecider
+from sidecar.completion.access_log import AccessLogReceiver
+from sidecar.completion.exchange_ends import ExchangeEnds
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
 from sidecar.extproc.servicer import ExternalProcessor
 from sidecar.fairness.watch import FairnessCollector, FairnessWatch
+from sidecar.gateway_view import GatewayView
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.history.recorder import HistoryRecorder
 from sidecar.history.store import HistoryStore
@@ -38,12 +38,10 @@ from sidecar.overload.admission_records import AdmissionRecords
 from sidecar.overload.monitor import LoadCollector, LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
-from sidecar.policy.cost import Reservation
-from sidecar.policy.decision import Admit
 from sidecar.queueing.metrics import QueueCollector
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.queue import AdmissionQueue
-from sidecar.queueing.slots import Slot, SlotTable
+from sidecar.queueing.slots import SlotTable
 from sidecar.redis_errors import RedisErrorCollector
 from sidecar.scrape.resolver import Resolver
 from sidecar.scrape.scraper import ScrapeCollector, Scraper, ScrapeSettings
@@ -53,7 +51,7 @@ from sidecar.slo.control import Adjustment
 from sidecar.slo.controller import SloController
 from sidecar.slo.lease import Lease
 from sidecar.slo.metrics import SloCollector
-from sidecar.slo.samples import LATENCY, TTFT, SampleRecorder, SampleStore
+from sidecar.slo.samples import SampleRecorder, SampleStore
 from sidecar.workers import supervisor
 from sidecar.workers.siblings import Siblings
 from sidecar.workers.worker import Worker
@@ -64,8 +62,6 @@ log = logging.getLogger(__name__)
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 LOAD_REPORTER_SERVICE = "qos.v1.LoadReporter"
-# How long after an exchange's ext_proc stream ends its slot waits for the access log.
-UNLOGGED_GRACE_SECONDS = 1.0
 # Every Redis call is bounded: a slow Redis must not hold requests for long.
 REDIS_TIMEOUT_SECONDS = 0.25
 
@@ -87,11 +83,18 @@ def _grpc_options(worker: bool) -> list[tuple[str, int]]:
     return [("grpc.so_reuseport", 1 if worker else 0), *_GRPC_OPTIONS]
 
 
+class Part(Protocol):
+    """A part of the sidecar that runs in the background between start and stop."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class SidecarServer:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         self.metrics = SidecarMetrics()
-        self.decider: Any = None  # built at start; settles what admitted requests reserved
         # One of `serve --processes N`'s workers, or None: a sidecar on its own.
         self.worker = Worker.from_env()
         self._grpc = grpc.aio.server(options=_grpc_options(self.worker is not None))
@@ -126,9 +129,6 @@ class SidecarServer:
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(reports, self._snapshot)
-        self._access_log = AccessLogReceiver(self._exchange_ended)
-        # A worker's access-log stream carries its siblings' exchanges too.
-        self._siblings = Siblings(self.worker, self._exchange_ended) if self.worker else None
         # The decisions' budget calls share one connection of their own (a single server).
         self._budget_redis = (
             redis_connect.budget_client(
@@ -165,9 +165,54 @@ class SidecarServer:
             Resolver(settings.scrape_dns_server),
         )
         self.metrics.registry.register(ScrapeCollector(self.scraper))
-        self.history = HistoryRecorder(HistoryStore(self._records_redis), self)
+        self.view = GatewayView(
+            self.watcher,
+            self.config_store,
+            self.metrics.decisions,
+            self.monitor,
+            self.queue,
+            self.controller,
+        )
+        self.history = HistoryRecorder(HistoryStore(self._records_redis), self.view)
         self.fairness = FairnessWatch(self._records_redis, self._snapshot)
         self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
+        self.decider = build_decider(
+            settings,
+            self.redis,
+            self.watcher,
+            self.monitor,
+            self.queue,
+            self.overlimit or self.limiter,
+        )
+        admission = self.decider if isinstance(self.decider, AdmissionDecider) else None
+        if admission is not None:
+            self.metrics.registry.register(BucketLevelCollector(admission.bucket_levels))
+        self.ends = ExchangeEnds(
+            self.queue,
+            self.metrics,
+            self.samples,
+            self._snapshot,
+            admission.give_back if admission is not None else None,
+            self.history.first_token,
+        )
+        self._access_log = AccessLogReceiver(self.ends.ended)
+        # A worker's access-log stream carries its siblings' exchanges too.
+        self._siblings = Siblings(self.worker, self.ends.ended) if self.worker else None
+        if self._siblings is not None:
+            self.ends.forward = self._siblings.forward
+        # Started in this order, stopped in the reverse one.
+        self._parts: list[Part] = [
+            self.watcher,
+            self.monitor,
+            self.queue,
+            self.limiter,
+            self.samples,
+            self.controller,
+            self.fairness,
+            self.scraper,
+            self.history,
+            *([self._siblings] if self._siblings is not None else []),
+        ]
 
     def _connect(self) -> redis.Redis:
         return redis_connect.connect(
@@ -177,92 +222,27 @@ class SidecarServer:
             socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
         )
 
-    def _exchange_ended(self, end: ExchangeEnd) -> None:
-        slot = self.queue.release(end.slot)
-        if slot is None:
-            if self._siblings is not None:
-                self._siblings.forward(end)  # another worker's exchange
-            return
-        if slot.reservation is not None:
-            self._settle(slot, slot.reservation, end)
-        how = _how(end)
-        self.metrics.exchange_ends.labels(slot.tier.value, how).inc()
-        # A whole answer's SLO is its total time; a streamed one's is its first token's.
-        if not slot.stream and how != "client_gone" and end.seconds_total is not None:
-            self.samples.record(
-                slot.tier,
-                LATENCY,
-                end.seconds_total,
-                failed=end.status >= 500 or how != "completed",
-                pool=self._snapshot().pools.get(slot.pool),
-            )
-
-    def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
-        """Give the buckets back what the request did not use, or take what it owes."""
-        settled = settle(slot.stream, reservation, end)
-        if settled is None:
-            return
-        if settled.estimate_error is not None:
-            self.metrics.estimate_error.observe(settled.estimate_error)
-        if self.decider is not None:
-            self.decider.give_back(reservation, -settled.difference)
-        tier = slot.tier.value
-        self.metrics.output_reserved.labels(tier).inc(reservation.charge.expected_output)
-        self.metrics.output_settled.labels(tier, settled.source).inc(settled.output)
-
-    def _first_byte(self, admitted: Admit, seconds: float) -> None:
-        if admitted.tier:
-            pool = self._snapshot().pools.get(admitted.pool)
-            self.samples.record(Tier(admitted.tier), TTFT, seconds, pool=pool)
-            self.history.first_token(Tier(admitted.tier), admitted.pool or DEFAULT_POOL, seconds)
-
-    def _stream_ended(self, slot: str) -> None:
-        # The access log normally gives the slot back, with the exchange's outcome and
-        # timings; give it a moment to. What it never names (the client left before
-        # Envoy applied the decision) is given back here.
-        asyncio.get_running_loop().call_later(UNLOGGED_GRACE_SECONDS, self._unlogged_end, slot)
-
-    def _unlogged_end(self, slot: str) -> None:
-        released = self.queue.release(slot)
-        if released is not None:
-            self.metrics.exchange_ends.labels(released.tier.value, "before_response").inc()
-
     def _snapshot(self) -> Snapshot:
         return self.watcher.current  # the configuration in force, always the latest
 
     async def start(self) -> None:
-        await self.watcher.start()
-        await self.monitor.start()
-        await self.queue.start()
-        await self.samples.start()
-        await self.controller.start()
-        await self.fairness.start()
-        await self.scraper.start()
-        await self.history.start()
-        if self._siblings is not None:
-            await self._siblings.start()
-        decider = self.decider = build_decider(
-            self.settings,
-            self.redis,
-            self.watcher,
-            self.monitor,
-            self.queue,
-            self.overlimit or self.limiter,
-        )
-        levels = getattr(decider, "bucket_levels", None)
-        if levels is not None:
-            self.metrics.registry.register(BucketLevelCollector(levels))
+        for part in self._parts:
+            await part.start()
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
-            ExternalProcessor(decider, self.metrics, self._stream_ended, self._first_byte),
+            ExternalProcessor(
+                self.decider, self.metrics, self.ends.stream_ended, self.ends.first_byte
+            ),
             self._grpc,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
         await self._grpc.start()
         app = admin_app(self.metrics, self._not_ready)
-        add_dashboard_routes(app, self, self.admin_token)
+        add_dashboard_routes(
+            app, self.view, self.history, self.admin_token, self.worker is not None
+        )
         self._admin = web.AppRunner(app)
         await self._admin.setup()
         await web.TCPSite(self._admin, self.settings.admin_host, self.settings.admin_port).start()
@@ -299,17 +279,8 @@ class SidecarServer:
         await self._grpc.stop(self.settings.drain_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
-        if self._siblings is not None:
-            await self._siblings.stop()
-        await self.controller.stop()
-        await self.fairness.stop()
-        await self.scraper.stop()
-        await self.history.stop()
-        await self.limiter.stop()
-        await self.samples.stop()
-        await self.queue.stop()
-        await self.monitor.stop()
-        await self.watcher.stop()
+        for part in reversed(self._parts):
+            await part.stop()
         await self.redis.aclose()
         await self._records_redis.aclose()
         if self._budget_redis is not None:
@@ -333,21 +304,6 @@ def scrape_settings(settings: SidecarSettings) -> ScrapeSettings:
 
 def _direction(step: Adjustment) -> str:
     return "to_p0" if "back to P0" in step.reason else "from_p0"
-
-
-def _how(end: ExchangeEnd) -> str:
-    flags = end.response_flags
-    if flags.downstream_connection_termination or flags.downstream_remote_reset:
-        return "client_gone"
-    if (
-        flags.upstream_connection_failure
-        or flags.upstream_remote_reset
-        or flags.no_healthy_upstream
-    ):
-        return "upstream_failed"
-    if flags.upstream_request_timeout or flags.stream_idle_timeout:
-        return "timed_out"
-    return "completed"
 
 
 async def serve(settings: SidecarSettings) -> None:

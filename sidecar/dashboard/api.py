@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as redis
 from aiohttp import web
@@ -17,15 +17,20 @@ from sidecar.config.schema import Mode, OperatorMode, Tier
 from sidecar.config.store import Snapshot
 from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
 from sidecar.dashboard import auth
-
-if TYPE_CHECKING:
-    from sidecar.server import SidecarServer
+from sidecar.gateway_view import GatewayView
+from sidecar.history.recorder import HistoryRecorder
 
 STATIC = resources.files("sidecar.dashboard").joinpath("static")
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 
 
-def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
+def add_routes(
+    app: web.Application,
+    gateway: GatewayView,
+    recorder: HistoryRecorder,
+    token: str,
+    behind_supervisor: bool = False,  # a worker of `serve --processes N`
+) -> None:
     async def page(request: web.Request) -> web.StreamResponse:
         if "token" in request.query:
             return auth.login(request, token)
@@ -40,23 +45,23 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
 
     async def state(request: web.Request) -> web.Response:
         auth.check(request, token)
-        return web.json_response(_state(server))
+        return web.json_response(_state(gateway, recorder))
 
     async def switch(request: web.Request, change) -> web.Response:
         """Apply `change(body, current mode)` → (the new mode, what changed), for every
         sidecar, recording who switched: the name the body gives, and where from."""
         auth.check(request, token)
         body = await _json(request)
-        changed, what = change(body, server.watcher.current.mode)
-        name, remote = clean_name(body.get("by")), _client_address(request, server)
+        changed, what = change(body, gateway.watcher.current.mode)
+        name, remote = clean_name(body.get("by")), _client_address(request, behind_supervisor)
         by = f"{name} from {remote}" if name else remote
-        await server.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
-        await server.watcher.refresh()
+        await gateway.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
+        await gateway.watcher.refresh()
         # The answer shows this switch; should the read fail, it is switched all the same
         # and the next tick reads it.
         with contextlib.suppress(redis.RedisError, OSError):
-            await server.history.read_events()
-        return web.json_response(_state(server))
+            await recorder.read_events()
+        return web.json_response(_state(gateway, recorder))
 
     async def set_mode(request: web.Request) -> web.Response:
         return await switch(
@@ -74,12 +79,12 @@ def add_routes(app: web.Application, server: SidecarServer, token: str) -> None:
         auth.check(request, token)
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             return web.Response(
-                body=server.history.page_gzip,
+                body=recorder.page_gzip,
                 content_type="application/json",
                 headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"},
             )
         return web.Response(
-            body=server.history.page,
+            body=recorder.page,
             content_type="application/json",
             headers={"Vary": "Accept-Encoding"},
         )
@@ -123,9 +128,9 @@ async def _json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _decision_counts(server: SidecarServer) -> dict[str, dict[str, float]]:
+def _decision_counts(gateway: GatewayView) -> dict[str, dict[str, float]]:
     counts: dict[str, dict[str, float]] = defaultdict(lambda: {"admitted": 0.0, "shed": 0.0})
-    for metric in server.metrics.decisions.collect():
+    for metric in gateway.decisions.collect():
         for sample in metric.samples:
             if not sample.name.endswith("_total"):
                 continue
@@ -134,11 +139,11 @@ def _decision_counts(server: SidecarServer) -> dict[str, dict[str, float]]:
     return counts
 
 
-def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
+def _pools(gateway: GatewayView, snapshot: Snapshot) -> list[dict[str, Any]]:
     """Each model pool's load, limit, capacity in force and shedding."""
     pools = []
     for pool in snapshot.pools:
-        state = server.monitor.state.for_pool(pool.name)
+        state = gateway.monitor.state.for_pool(pool.name)
         capacity = state.capacity(pool)
         pools.append(
             {
@@ -147,7 +152,7 @@ def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
                 "pods": len(state.load.pods),
                 "free_kv": state.load.as_reported.free_kv_ratio,
                 "projected_free_kv": state.load.free_kv_ratio,
-                "slots": server.queue.cluster_in_flight_in(pool.name),
+                "slots": gateway.queue.cluster_in_flight_in(pool.name),
                 "max_concurrency": pool.fleet.max_concurrency,
                 "capacity": capacity,
                 "rates": {t.value: snapshot.share(t, pool) * capacity for t in Tier},
@@ -159,19 +164,19 @@ def _pools(server: SidecarServer, snapshot: Snapshot) -> list[dict[str, Any]]:
     return pools
 
 
-def _state(server: SidecarServer) -> dict[str, Any]:
-    snapshot = server.watcher.current
-    load = server.monitor.state.load
-    counts = _decision_counts(server)
-    held = server.queue.slots.by_tier()
+def _state(gateway: GatewayView, history: HistoryRecorder) -> dict[str, Any]:
+    snapshot = gateway.watcher.current
+    load = gateway.monitor.state.load
+    counts = _decision_counts(gateway)
+    held = gateway.queue.slots.by_tier()
     tiers = {}
     for tier in Tier:
-        compliance = server.controller.compliance[tier]
-        overload = server.monitor.state.shedding[tier]
+        compliance = gateway.controller.compliance[tier]
+        overload = gateway.monitor.state.shedding[tier]
         tiers[tier.value] = {
             **counts[tier.value],
             "in_flight": held[tier],
-            "waiting": server.queue.scheduler.waiting(tier),
+            "waiting": gateway.queue.scheduler.waiting(tier),
             "compliance": compliance.ratio,
             "samples": compliance.samples,
             "target": snapshot.config.slo.targets[tier].compliance,
@@ -180,11 +185,11 @@ def _state(server: SidecarServer) -> dict[str, Any]:
             "overload": overload.value if overload else None,
         }
     # Both as the history last read them (history/recorder.py): no Redis call a poll.
-    adjustments = server.history.moves[:10]
-    switches = [asdict(change) for change in server.history.switches[:20]]
+    adjustments = history.moves[:10]
+    switches = [asdict(change) for change in history.switches[:20]]
     return {
         "at": time.time(),
-        "pools": _pools(server, snapshot),
+        "pools": _pools(gateway, snapshot),
         "mode": snapshot.mode.mode.value,
         "force_shed": sorted(t.value for t in snapshot.mode.force_shed),
         "config_version": snapshot.version,
@@ -201,17 +206,17 @@ def _state(server: SidecarServer) -> dict[str, Any]:
         ],
         "free_kv": load.as_reported.free_kv_ratio,
         "projected_free_kv": load.free_kv_ratio,
-        "in_flight": server.queue.cluster_in_flight,
-        "leader": server.controller.leading,
+        "in_flight": gateway.queue.cluster_in_flight,
+        "leader": gateway.controller.leading,
         "adjustments": adjustments,
         "switches": switches,
     }
 
 
-def _client_address(request: web.Request, server: SidecarServer) -> str:
+def _client_address(request: web.Request, behind_supervisor: bool) -> str:
     """Who asked: a worker of `serve --processes` is asked by its supervisor, on loopback,
     which names the client in X-Forwarded-For."""
     forwarded = request.headers.get("X-Forwarded-For")
-    if server.worker is not None and forwarded and request.remote in ("127.0.0.1", "::1"):
+    if behind_supervisor and forwarded and request.remote in ("127.0.0.1", "::1"):
         return forwarded.rsplit(",", 1)[-1].strip()
     return request.remote or "unknown address"

@@ -10,7 +10,6 @@ import gzip
 import json
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import redis.asyncio as redis
 
@@ -18,12 +17,10 @@ from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.schema import Tier
 from sidecar.config.switches import ModeChange
+from sidecar.gateway_view import GatewayView
 from sidecar.history import page
 from sidecar.history.store import HistoryStore
 from sidecar.history.window import SECONDS, Window, ttft_bucket
-
-if TYPE_CHECKING:
-    from sidecar.server import SidecarServer
 
 log = logging.getLogger(__name__)
 REREAD_SECONDS = 3  # a second is read again until every sidecar's add to it is in
@@ -32,9 +29,9 @@ EVENTS_KEPT = 100  # switches and controller moves read (both lists keep 100)
 
 
 class HistoryRecorder:
-    def __init__(self, store: HistoryStore, server: SidecarServer) -> None:
+    def __init__(self, store: HistoryStore, gateway: GatewayView) -> None:
         self._store = store
-        self._server = server
+        self._gateway = gateway
         self._background = Background()
         self._decided: dict[tuple[str, ...], float] = {}  # the decision counters, last read
         self._ttft: Counter[str] = Counter()  # first tokens timed since the last add
@@ -109,10 +106,10 @@ class HistoryRecorder:
         """The switches and controller moves, read again only when the configuration's
         version moved (both bump it): once a tick, and when a switch is made here, so
         the state pages poll needs no Redis call of its own for them."""
-        version = self._server.watcher.current.version
+        version = self._gateway.watcher.current.version
         if version == self._events_version:
             return
-        store = self._server.config_store
+        store = self._gateway.config_store
         self._switches = await store.mode_changes(EVENTS_KEPT)
         self._moves = await store.adjustments(EVENTS_KEPT)
         self._events_version = version
@@ -126,7 +123,7 @@ class HistoryRecorder:
             since = series["start"] or 0
             document = page.build(
                 series,
-                page.lines(self._server.watcher.current),
+                page.lines(self._gateway.watcher.current),
                 page.events(self._switches, self._moves, since),
             )
             self._page = json.dumps(document).encode()
@@ -143,7 +140,7 @@ class HistoryRecorder:
     def _decisions(self) -> dict[str, float]:
         """What this sidecar decided since the last call, by pool, tier and outcome."""
         added: dict[str, float] = {}
-        for metric in self._server.metrics.decisions.collect():
+        for metric in self._gateway.decisions.collect():
             for sample in metric.samples:
                 if not sample.name.endswith("_total"):
                     continue
@@ -158,13 +155,13 @@ class HistoryRecorder:
         return added
 
     def _gauges(self) -> dict[str, str]:
-        server = self._server
-        snapshot = server.watcher.current
+        gateway = self._gateway
+        snapshot = gateway.watcher.current
         gauges = {"g|mode": snapshot.mode.mode.value}
         for pool in snapshot.pools:
-            state = server.monitor.state.for_pool(pool.name)
+            state = gateway.monitor.state.for_pool(pool.name)
             name = pool.name
-            gauges[f"g|{name}|in_flight"] = str(server.queue.cluster_in_flight_in(name))
+            gauges[f"g|{name}|in_flight"] = str(gateway.queue.cluster_in_flight_in(name))
             gauges[f"g|{name}|max_concurrency"] = str(pool.fleet.max_concurrency)
             free = state.load.as_reported.free_kv_ratio
             projected = state.load.free_kv_ratio

@@ -188,6 +188,9 @@ class ResilientLimiter:
             log.info("Redis is back: budgets are shared again")
             return
 
+    async def start(self) -> None:
+        """Nothing runs until Redis is lost: the probe starts then."""
+
     async def stop(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
