@@ -9,8 +9,8 @@ from typing import Any
 
 from sidecar.admission.identity import Identity
 from sidecar.completion.access_log import LOGGED_HEADERS
-from sidecar.config.pools import Pool
-from sidecar.policy.decision import Admit, RequestView
+from sidecar.config.pools import DEFAULT_POOL, Pool
+from sidecar.policy.decision import Admit, Admitted, RequestView, Respond
 from sidecar.policy.engine import EngineFields, client_control_headers
 
 INTERNAL_PREFIX = "x-qos-"
@@ -25,7 +25,7 @@ def admit(
     request: RequestView,
     identity: Identity,
     engine: EngineFields | None = None,
-    reason: str = "admitted",
+    reason: Admitted = Admitted.ADMITTED,
     slot: str = "",
     waited: float | None = None,
     pool: Pool | None = None,
@@ -49,7 +49,7 @@ def tagged(
     tier: str,
     tenant: str,
     body: dict[str, Any] | None,
-    reason: str,
+    reason: Admitted,
     extra: dict[str, str] | None = None,
 ) -> Admit:
     """Admit with the sidecar's tags; internal headers and engine instructions a client
@@ -70,3 +70,12 @@ def tagged(
         reason=reason,
         tier=tier,
     )
+
+
+def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit:
+    """Shadow mode: the refusal is made and counted, the request goes through untouched
+    (routed to the pool that would have served it)."""
+    routed = refused.pool not in ("", DEFAULT_POOL)
+    route = {POOL_HEADER: refused.pool} if routed else {}
+    admit = tagged(request, refused.tier or default_tier, "shadow", None, Admitted.SHADOW, route)
+    return dataclasses.replace(admit, shadowed=refused.reason, pool=refused.pool, reroute=routed)

@@ -31,8 +31,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.extproc import messages
 from sidecar.policy.decision import (
-    DECIDER_ERROR,
     Admit,
+    Admitted,
     Decider,
     Decision,
     Final,
@@ -197,7 +197,7 @@ class Exchange:
             # A fault of ours must not cost the client its request: fail open, as Envoy's
             # failure_mode_allow does when the sidecar is unreachable.
             log.exception("decider failed; admitting", extra={"path": self.path})
-            return Admit(reason=DECIDER_ERROR)
+            return Admit(reason=Admitted.DECIDER_ERROR)
 
 
 _HANDLERS = {

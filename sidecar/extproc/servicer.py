@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 
 from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
 from sidecar.metrics import SidecarMetrics
-from sidecar.policy.decision import DECIDER_ERROR, Admit, Decider, Final
+from sidecar.policy.decision import Admit, Admitted, Decider, Final
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,12 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
     def _record(self, decision: Final, seconds: float) -> None:
         outcome = "admit" if isinstance(decision, Admit) else "respond"
         self._metrics.decisions.labels(
-            decision.tier or "none", outcome, decision.reason, decision.pool or "none"
+            decision.tier or "none", outcome, decision.label, decision.pool or "none"
         ).inc()
         self._metrics.decision_seconds.observe(seconds)
         if isinstance(decision, Admit) and decision.cost is not None:
             self._metrics.admitted_cost.labels(decision.tier, decision.route).inc(decision.cost)
-        if decision.reason == DECIDER_ERROR:
+        if isinstance(decision, Admit) and decision.reason is Admitted.DECIDER_ERROR:
             self._metrics.decider_errors.inc()
         if isinstance(decision, Admit) and decision.queue_wait is not None:
             self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)

@@ -48,14 +48,14 @@ log = logging.getLogger(__name__)
 RECORDS_PAUSE_SECONDS = 1.0
 
 
-class HeldAdmission:
+class ProjectedAdmission:
     """One admission's projected load, from its decision until the reports show it."""
 
     def __init__(
         self,
         load: AdmittedLoad,
         clock: Callable[[], float],
-        release: Callable[[HeldAdmission], None],
+        release: Callable[[ProjectedAdmission], None],
     ) -> None:
         self.load = load
         self._clock = clock
@@ -104,7 +104,7 @@ class LoadMonitor:
         # per pool, as last read; those decided here not yet in that read; and per pool
         # what both add to the reported load.
         self._recent = RecentAdmissions()
-        self._held: list[HeldAdmission] = []
+        self._pending: list[ProjectedAdmission] = []
         self._unreported: dict[str, tuple[float, float]] = {}
         self._records_paused_until = float("-inf")
 
@@ -123,13 +123,13 @@ class LoadMonitor:
             recent = await self._read_recent(pods, config.overload)
         except redis.RedisError:
             # What this sidecar admitted counts no longer than a report would.
-            self._forget_held(RecentAdmissions(), config.overload.report_ttl_seconds)
+            self._forget_projected(RecentAdmissions(), config.overload.report_ttl_seconds)
             if self._clock() - self._read_at < config.overload.report_ttl_seconds:
                 raise
             pods, recent = [], RecentAdmissions()  # as stale as a missing report
         else:
             self._read_at = self._clock()
-        self._forget_held(recent, config.overload.report_ttl_seconds)
+        self._forget_projected(recent, config.overload.report_ttl_seconds)
         self._recent = recent
         before = dict(self.state.shedding)
         self._update(pods)
@@ -170,22 +170,22 @@ class LoadMonitor:
             self._records_paused_until = self._clock() + RECORDS_PAUSE_SECONDS
             return RecentAdmissions()
 
-    def hold(
+    def project(
         self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
-    ) -> HeldAdmission | None:
+    ) -> ProjectedAdmission | None:
         """Count an admission being decided in its pool's load at once; the caller
         confirms or cancels it. None when the configuration projects nothing."""
         if not self._snapshot().config.overload.project_admissions:
             return None
         block_size = self.state.for_pool(pool.name).load.kv_block_size
         load = admitted_load(tier.value, pool.name, prompt_tokens, block_size, even_over_budget)
-        held = HeldAdmission(load, self._clock, self._release)
-        self._held.append(held)
+        projected = ProjectedAdmission(load, self._clock, self._release)
+        self._pending.append(projected)
         self._add(pool.name, load.blocks, 1.0)
-        return held
+        return projected
 
-    def _release(self, held: HeldAdmission) -> None:
-        self._add(held.load.pool, -held.load.blocks, -1.0)
+    def _release(self, projected: ProjectedAdmission) -> None:
+        self._add(projected.load.pool, -projected.load.blocks, -1.0)
 
     def _add(self, pool_name: str, blocks: float, requests: float) -> None:
         """The pool's projection changed by this much: its shedding follows at once."""
@@ -199,20 +199,20 @@ class LoadMonitor:
         projected = state.load.plus(*self._unreported[pool_name])
         state.update(projected, snapshot.config, self._gateway_in_flight(pool_name), pool)
 
-    def _forget_held(self, read: RecentAdmissions, ttl: float) -> None:
+    def _forget_projected(self, read: RecentAdmissions, ttl: float) -> None:
         """Drop what the read just done holds, what was cancelled, and what is older than
         any fresh report could be."""
         now = self._clock()
-        self._held = [
-            held
-            for held in self._held
-            if not held.cancelled
-            and now - held.at < ttl
-            and not read.holds(held.load.tier, held.recorded_ms)
+        self._pending = [
+            projected
+            for projected in self._pending
+            if not projected.cancelled
+            and now - projected.at < ttl
+            and not read.holds(projected.load.tier, projected.recorded_ms)
         ]
 
     def _recent_in(self, pool: str | None) -> list[Recent]:
-        """The admissions not yet in every report: as read, and those held here (still
+        """The admissions not yet in every report: as read, and those projected here (still
         being decided: as new; not recorded in Redis: by their age)."""
         now = self._clock()
         recent = [
@@ -221,11 +221,11 @@ class LoadMonitor:
             if pool is None or name == pool
             for entry in entries
         ]
-        for held in self._held:
-            if pool is None or held.load.pool == pool:
-                counted_anyway = held.confirmed_at is None or held.recorded_ms > 0
-                age = 0.0 if counted_anyway else now - held.at
-                recent.append(Recent(age, held.load.blocks, 1.0))
+        for projected in self._pending:
+            if pool is None or projected.load.pool == pool:
+                counted_anyway = projected.confirmed_at is None or projected.recorded_ms > 0
+                age = 0.0 if counted_anyway else now - projected.at
+                recent.append(Recent(age, projected.load.blocks, 1.0))
         return recent
 
     def _check_priority(self, send_priority: bool) -> None:
@@ -268,7 +268,7 @@ class LoadMonitor:
         self.state.pools = states
 
     def _projected(self, load: ClusterLoad, pool: str | None) -> ClusterLoad:
-        # No pod reports: nothing to project onto (the admissions held here wait for one).
+        # No pod reports: nothing to project onto (the admissions projected here wait for one).
         recent = self._recent_in(pool) if load.as_reported.pods else []
         unreported = load.unreported_in(recent)
         if pool is not None:

@@ -75,7 +75,7 @@ def prompt_tokens(prompt: Prompt, count_text: Callable[[str], int], media: Media
     return max(tokens, 1)
 
 
-def charge(tier: TierConfig, prompt_tokens: int, output: OutputLimit | None) -> Charge:
+def price(tier: TierConfig, prompt_tokens: int, output: OutputLimit | None) -> Charge:
     """The charge of a request of this tier, its prompt estimated at `prompt_tokens`; a
     route that generates nothing (embeddings) reserves no output."""
     if output is None:

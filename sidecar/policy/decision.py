@@ -9,9 +9,22 @@ deciders never touch the protocol.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from sidecar.policy.refusals import Reason
+
+
+class Admitted(enum.StrEnum):
+    """Why a request was sent upstream (the `reason` label of qos_decisions_total)."""
+
+    ADMITTED = "admitted"  # within its budgets, with a slot
+    OVER_BUDGET = "admitted_over_budget"  # its tier is never shed for budget
+    LIMITER_UNAVAILABLE = "limiter_unavailable"  # Redis is away: admit, not refuse all
+    DECIDER_ERROR = "decider_error"  # deciding failed: fail open on the sidecar's own fault
+    SHADOW = "shadow"  # shadow mode: it would have been refused, and was not
 
 
 @dataclass(frozen=True)
@@ -29,7 +42,8 @@ class Admit:
     set_headers: Mapping[str, str] = field(default_factory=dict)
     remove_headers: tuple[str, ...] = ()
     replace_body: bytes | None = None
-    reason: str = "admitted"
+    reason: Admitted = Admitted.ADMITTED
+    shadowed: Reason | None = None  # in shadow mode, why it would have been refused
     tier: str = ""
     pool: str = ""  # the model pool that serves it ("" when none was resolved)
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
@@ -39,28 +53,32 @@ class Admit:
     route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
     cost: float | None = None  # budget tokens charged at admission; None: not charged
 
+    @property
+    def label(self) -> str:
+        return f"shadow_{self.shadowed}" if self.shadowed is not None else self.reason.value
+
 
 @dataclass(frozen=True)
 class Respond:
     status: int
     body: bytes
-    reason: str
+    reason: Reason
     headers: Mapping[str, str] = field(default_factory=dict)
     tier: str = ""
     pool: str = ""  # the model pool that would have served it ("" when none was resolved)
 
+    @property
+    def label(self) -> str:
+        return self.reason.value
+
 
 Final = Admit | Respond
-
-# The reason of an admission made because deciding failed (fail open on our own fault).
-DECIDER_ERROR = "decider_error"
 
 
 @dataclass(frozen=True)
 class Hold:
     resume: Callable[[], Awaitable[Final]]
     max_wait: float  # seconds; Envoy is told to wait this long (and a little more)
-    reason: str = "held"
     tier: str = ""
 
 

@@ -74,7 +74,7 @@ def respond(
         if tier.fallback is FallbackKind.COMPLETION and shape.text is not None:
             body, content_type = _FALLBACKS[shape.text](shape, tier.message())
             headers["content-type"] = content_type
-            return Respond(200, body, refusal.reason.value, headers, tier_name)
+            return Respond(200, body, refusal.reason, headers, tier_name)
         message = tier.message()
     else:
         message = refusal.message
@@ -84,7 +84,7 @@ def respond(
         headers["www-authenticate"] = "Bearer"
     headers["content-type"] = "application/json"
     status, body = _error(shape.api, refusal, message, shed)
-    return Respond(status, body, refusal.reason.value, headers, tier_name)
+    return Respond(status, body, refusal.reason, headers, tier_name)
 
 
 def _error(api: Api, refusal: Refusal, message: str, shed: bool) -> tuple[int, bytes]:

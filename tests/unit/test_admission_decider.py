@@ -16,7 +16,7 @@ from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict
 from sidecar.openai_api.prompt import estimate_text_tokens
 from sidecar.overload.shedding import SheddingState
-from sidecar.policy.decision import Admit, Hold, RequestView, Respond
+from sidecar.policy.decision import Admit, Admitted, Hold, RequestView, Respond
 from sidecar.policy.refusals import Reason
 from sidecar.queueing.queue import AdmissionQueue
 
@@ -268,11 +268,12 @@ async def test_shadow_mode_admits_untouched_and_names_what_it_would_have_done():
     )
     answer = await shadow.decide(chat("k-p2", extra_headers={"x-qos-tier": "p0"}))
     assert isinstance(answer, Admit)
-    assert answer.reason == "shadow_shed_kv_watermark" and answer.tier == "p2"
+    assert answer.label == "shadow_shed_kv_watermark" and answer.tier == "p2"
+    assert answer.reason is Admitted.SHADOW and answer.shadowed is Reason.SHED_KV_WATERMARK
     assert answer.set_headers["x-qos-tier"] == "p2"
     assert answer.replace_body is None
     bad = await shadow.decide(RequestView("POST", "/v1/chat/completions", {}, b"{"))
-    assert isinstance(bad, Admit) and bad.reason == "shadow_invalid_request"
+    assert isinstance(bad, Admit) and bad.label == "shadow_invalid_request"
 
 
 def queued_decider(limiter, max_concurrency=1, **config) -> tuple[AdmissionDecider, AdmissionQueue]:
@@ -389,7 +390,7 @@ async def test_engine_headers_are_stripped_on_every_admitted_path():
         FakeLimiter(), Shedding(p2=Reason.SHED_KV_WATERMARK), OperatorMode(mode=Mode.SHADOW)
     )
     untouched = await shadow.decide(chat("k-p2", extra_headers=spoof))
-    assert untouched.reason == "shadow_shed_kv_watermark"
+    assert untouched.label == "shadow_shed_kv_watermark"
     assert set(spoof) <= set(untouched.remove_headers)
 
 

@@ -12,7 +12,7 @@ from sidecar.bodies.read import read
 from sidecar.config.schema import MediaConfig, QosConfig
 from sidecar.openai_api.prompt import estimate_prompt_tokens, estimate_text_tokens
 from sidecar.openai_api.request import InvalidRequest
-from sidecar.policy.cost import charge, prompt_tokens
+from sidecar.policy.cost import price, prompt_tokens
 from sidecar.policy.guards import apply_guards
 from sidecar.routes.kinds import Api, RouteKind
 from sidecar.routes.table import RouteTable
@@ -104,7 +104,7 @@ def test_a_batch_counts_every_conversation_and_its_output():
     one = [{"role": "user", "content": "a question of some length"}]
     parsed = parse("/v1/chat/completions/batch", {"messages": [one, one, one], "max_tokens": 50})
     assert parsed.prompt.texts == ("a question of some length",) * 3
-    assert charge(QosConfig().tiers.p1, 10, parsed.output).expected_output == 150
+    assert price(QosConfig().tiers.p1, 10, parsed.output).expected_output == 150
     assert parsed.shape.choices == 3
 
 

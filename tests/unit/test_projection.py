@@ -82,7 +82,7 @@ async def monitor_at(free: float, records: Records, clock: Clock) -> LoadMonitor
 
 def admit(monitor: LoadMonitor, recorded_ms: int) -> None:
     """A 16-token P2 prompt decided and admitted (two blocks)."""
-    held = monitor.hold(Tier.P2, POOL, 16, even_over_budget=False)
+    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
     assert held is not None
     held.confirm(recorded_ms)
 
@@ -111,7 +111,7 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
 async def test_a_cancelled_admission_gives_its_projection_back(clock):
     monitor = await monitor_at(0.16, Records(), clock)
     state = monitor.state.for_pool(POOL.name)
-    held = [monitor.hold(Tier.P2, POOL, 16, even_over_budget=False) for _ in range(12)]
+    held = [monitor.project(Tier.P2, POOL, 16, even_over_budget=False) for _ in range(12)]
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     for each in held:
         assert each is not None
@@ -156,4 +156,4 @@ async def test_projection_can_be_switched_off(clock):
     reports = Reports(PodLoad("a", 0.8, 2000, 0, 0))
     monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
     await monitor.refresh()
-    assert monitor.hold(Tier.P2, snapshot.pools.default, 16, even_over_budget=False) is None
+    assert monitor.project(Tier.P2, snapshot.pools.default, 16, even_over_budget=False) is None

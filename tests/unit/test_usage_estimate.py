@@ -11,7 +11,7 @@ from sidecar.bodies.parsed import OutputLimit
 from sidecar.completion.usage import streamed_output_tokens
 from sidecar.config.schema import QosConfig
 from sidecar.openai_api.request import Endpoint
-from sidecar.policy.cost import charge
+from sidecar.policy.cost import price
 from sidecar.tooling.mockvllm.engine import _VOCABULARY
 from sidecar.tooling.mockvllm.openai_shapes import SSE_DONE, ResponseShaper
 
@@ -25,11 +25,11 @@ def asking(max_tokens: int | None) -> OutputLimit:
 
 
 def test_a_request_reserves_what_it_asked_for_or_the_tier_s_expected_output():
-    asked = charge(TIERS.p1, prompt_tokens=20, output=asking(2000))
+    asked = price(TIERS.p1, prompt_tokens=20, output=asking(2000))
     assert asked.reserved == 20 * 1.0 + 2000 * 2.0
-    unsaid = charge(TIERS.p1, prompt_tokens=20, output=asking(None))
+    unsaid = price(TIERS.p1, prompt_tokens=20, output=asking(None))
     assert unsaid.expected_output == 300
-    capped = charge(TIERS.p0, prompt_tokens=20, output=asking(2000))  # P0's cap: 512
+    capped = price(TIERS.p0, prompt_tokens=20, output=asking(2000))  # P0's cap: 512
     assert capped.expected_output == 512 and capped.reserved == 20  # P0's output is free
     # Settled: a shorter answer gives back, a longer one owes; a prompt count corrects.
     assert asked.difference(None, 1500) == -500 * 2.0
