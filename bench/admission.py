@@ -23,7 +23,9 @@ import grpc
 import redis
 import redis.asyncio as aioredis
 
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider

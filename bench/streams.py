@@ -33,7 +33,9 @@ import redis.asyncio as redis
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import http_headers
 from sidecar.ports import free_port

@@ -14,7 +14,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 
 # The *_created series double the exposition and no dashboard here reads them.
 disable_created_metrics()

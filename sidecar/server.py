@@ -35,7 +35,8 @@ from sidecar.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
 from sidecar.metrics import BucketLevelCollector, SidecarMetrics
 from sidecar.overload.admission_records import AdmissionRecords
-from sidecar.overload.monitor import LoadCollector, LoadMonitor
+from sidecar.overload.metrics import LoadCollector
+from sidecar.overload.monitor import LoadMonitor
 from sidecar.overload.reports import ReportStore
 from sidecar.overload.servicer import LoadReporterService
 from sidecar.queueing.metrics import QueueCollector

@@ -5,8 +5,8 @@ behind; and the refusal of a prompt no burst of them holds. Pure."""
 from __future__ import annotations
 
 from sidecar.admission.identity import Identity
+from sidecar.config.operator_state import Tenant
 from sidecar.config.pools import Pool
-from sidecar.config.schema import Tenant
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import (
     BucketSpec,

@@ -33,13 +33,15 @@ from sidecar.admission.sampling import ResponseSampler
 from sidecar.admission.tagging import admit, shadowed
 from sidecar.bodies.parsed import ResponseShape
 from sidecar.bodies.read import read
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode
 from sidecar.config.pools import Pool
-from sidecar.config.schema import Mode, Tier, TierConfig
+from sidecar.config.schema import TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import BucketSpec, Limiter, Owner, Verdict
 from sidecar.limiter.records import AdmittedLoad
 from sidecar.openai_api.prompt import TextCounter
-from sidecar.overload.monitor import ProjectedAdmission
+from sidecar.overload.admitted import ProjectedAdmission
 from sidecar.overload.shedding import SheddingState, overload_refusal
 from sidecar.policy.cost import price, prompt_tokens
 from sidecar.policy.decision import Admit, Admitted, Decision, Final, Hold, RequestView, Respond

@@ -16,7 +16,8 @@ import redis.asyncio as redis
 from cachetools import LRUCache, TTLCache
 
 from sidecar import redis_errors
-from sidecar.config.schema import IdentityConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import IdentityConfig
 from sidecar.config.store import Snapshot, hash_api_key
 
 KNOWN_KEY_SECONDS = 60.0

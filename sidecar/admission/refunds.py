@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from sidecar import redis_errors
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.limiter.buckets import Limiter
 from sidecar.policy.cost import Reservation
 

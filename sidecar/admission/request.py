@@ -11,8 +11,9 @@ from sidecar.admission.budgets import too_big
 from sidecar.admission.identity import Identity
 from sidecar.admission.tagging import POOL_HEADER, USAGE_HEADER
 from sidecar.bodies.parsed import ParsedRequest, TextForm
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.schema import Tier, TierConfig
+from sidecar.config.schema import TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.limiter.buckets import BucketSpec
 from sidecar.policy.cost import Charge, Reservation

@@ -16,7 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from sidecar.commands.common import CommandError, add_redis_argument, run_with_store
-from sidecar.config.schema import QosConfig, deep_merge, describe
+from sidecar.config.base import deep_merge, describe
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
 
 

@@ -16,7 +16,8 @@ import getpass
 import socket
 
 from sidecar.commands.common import add_redis_argument, run_with_store
-from sidecar.config.schema import Mode, OperatorMode, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.store import ConfigStore
 from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
 

@@ -8,7 +8,8 @@ import secrets
 from pydantic import ValidationError
 
 from sidecar.commands.common import CommandError, add_redis_argument, run_with_store
-from sidecar.config.schema import Tenant, Tier, describe
+from sidecar.config.base import Tier, describe
+from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
 from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.fairness.usage import read_tier_fairness

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from sidecar.completion.access_log import ExchangeEnd
 from sidecar.completion.settlement import settle
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import Tier
 from sidecar.config.store import Snapshot
 from sidecar.metrics import SidecarMetrics
 from sidecar.policy.cost import Reservation

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
-    from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig, TierSlos
+    from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig
+    from sidecar.config.slo_config import TierSlos
 
 DEFAULT_POOL = "default"
 
@@ -75,7 +76,8 @@ class Pools:
 
 def resolve(config: QosConfig) -> Pools:
     """Every pool's settings in force; raises PoolsInvalid naming the key at fault."""
-    from sidecar.config.schema import TiersConfig, TierSlos, shares_within_bounds
+    from sidecar.config.schema import TiersConfig
+    from sidecar.config.slo_config import TierSlos, shares_within_bounds
 
     if not config.pools:
         pool = Pool(DEFAULT_POOL, frozenset(), config.fleet, config.tiers, config.slo.targets)

@@ -1,5 +1,5 @@
 """The configuration reference, generated from the schema itself: every key, its type,
-its default and what it means (the comments above each field in schema.py). Written to
+its default and what it means (the comments above each field of its models). Written to
 docs/configuration-reference.md by `python tools/gen_config_reference.py`; a test fails
 when the committed page is not what this generates."""
 
@@ -27,7 +27,8 @@ def markdown() -> str:
     )
     return (
         "# Configuration reference\n\n"
-        "Generated from `sidecar/config/schema.py` by `python tools/gen_config_reference.py`"
+        "Generated from the schema (`sidecar/config/schema.py` and the models it uses) by"
+        " `python tools/gen_config_reference.py`"
         " (a test fails when this page and the schema differ). Set a key with `qos-sidecar"
         " config set KEY VALUE`; `pN` is each tier, `NAME` a pool's name, `PATH` a route's"
         " path. A tier's defaults are given P0 / P1 / P2 where they differ.\n\n"

@@ -2,66 +2,34 @@
 
 Every model forbids unknown keys, so a typo is refused with its name instead of being
 ignored. Defaults are the product brief's: P0 60 %, P1 35 %, P2 5 % of the fleet's
-token rate, bursts of 0.5 s of rate.
+token rate, bursts of 0.5 s of rate. The building blocks are in base.py, the SLO and
+controller sections in slo_config.py.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
+from pydantic import Field, field_validator, model_validator
+
+from sidecar.config.base import (
+    FallbackKind,
+    Fraction,
+    PoolName,
+    Positive,
+    Share,
+    Strict,
+    Tier,
+    deep_merge,
 )
-
-__all__ = [
-    "FallbackKind",
-    "MediaConfig",
-    "Mode",
-    "OperatorMode",
-    "PoolConfig",
-    "QosConfig",
-    "Tenant",
-    "Tier",
-    "TierConfig",
-    "ValidationError",
-    "describe",
-]
-
-
-class Tier(enum.StrEnum):
-    P0 = "p0"
-    P1 = "p1"
-    P2 = "p2"
-
-
-class FallbackKind(enum.StrEnum):
-    COMPLETION = "completion"  # HTTP 200, an answer saying "retry later"
-    ERROR = "error"  # HTTP 429, an OpenAI error object
-
-
-class _Strict(BaseModel):
-    # Numbers are finite: an infinity would be stored as null, a document no reader takes.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
-    )
-
-
-Positive = Annotated[float, Field(gt=0)]
-Share = Annotated[float, Field(gt=0, le=1)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
+from sidecar.config.slo_config import ControllerConfig, SloConfig, shares_within_bounds
 
 DEFAULT_MESSAGE = (
     "We are serving many users right now. Your place is kept: please retry in {retry_after} s."
 )
 
 
-class TierConfig(_Strict):
+class TierConfig(Strict):
     # Its share of the fleet's token rate (the three add up to 1 at most).
     share: Share
     # What a prompt token costs the tier's budgets.
@@ -118,7 +86,7 @@ class TierConfig(_Strict):
         return self.fallback_message.format(retry_after=self.retry_after_seconds)
 
 
-class TiersConfig(_Strict):
+class TiersConfig(Strict):
     p0: TierConfig = TierConfig(
         share=0.60,
         max_tokens_cap=512,
@@ -157,14 +125,14 @@ class TiersConfig(_Strict):
         return self
 
 
-class FleetConfig(_Strict):
+class FleetConfig(Strict):
     # What the GPUs behind this gateway can prefill, in input tokens a second.
     capacity_tokens_per_second: Positive = 50_000.0
     # In-flight requests the fleet takes at most (all tiers).
     max_concurrency: Annotated[int, Field(ge=1)] = 256
 
 
-class IdentityConfig(_Strict):
+class IdentityConfig(Strict):
     # Where a request's tenant comes from, tried in this order.
     sources: tuple[Literal["api_key", "header"], ...] = ("api_key",)
     # A header set by a trusted filter in front (e.g. jwt_authn's claim_to_headers).
@@ -186,7 +154,7 @@ class IdentityConfig(_Strict):
         return self
 
 
-class OverloadConfig(_Strict):
+class OverloadConfig(Strict):
     # How long a pod's load report counts; a pod silent for longer is left out.
     report_ttl_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
     # A shed tier comes back only once the signal is this far past its threshold
@@ -200,7 +168,7 @@ class OverloadConfig(_Strict):
     project_admissions: bool = True
 
 
-class QueueConfig(_Strict):
+class QueueConfig(Strict):
     # Starvation protection: a waiter goes first once it has waited this long...
     promote_after_seconds: Annotated[float, Field(gt=0)] = 1.0
     # ...or once this many requests were released past it. Promoted waiters get at most
@@ -216,7 +184,7 @@ class QueueConfig(_Strict):
     slot_lease_seconds: Annotated[float, Field(gt=0)] = 900.0
 
 
-class EngineConfig(_Strict):
+class EngineConfig(Strict):
     # Send each tier's vllm_priority to vLLM, as the X-Vllm-Priority header (which vLLM
     # reads first) and in the body. Needs vLLM started with --scheduling-policy priority:
     # under its default, fcfs, vLLM 0.33 accepts a priority and silently ignores it (the
@@ -224,94 +192,7 @@ class EngineConfig(_Strict):
     send_priority: bool = False
 
 
-class TierSlo(_Strict):
-    # A streamed answer meets its SLO when its first token comes within ttft_ms; a whole
-    # answer when it is complete within latency_ms.
-    ttft_ms: Positive
-    # A whole answer meets its SLO within this long.
-    latency_ms: Positive
-    # The share of requests that must meet it.
-    compliance: Annotated[float, Field(gt=0, le=1)]
-
-
-class TierSlos(_Strict):
-    p0: TierSlo = TierSlo(ttft_ms=1000, latency_ms=10_000, compliance=0.99)
-    p1: TierSlo = TierSlo(ttft_ms=3000, latency_ms=30_000, compliance=0.95)
-    p2: TierSlo = TierSlo(ttft_ms=10_000, latency_ms=120_000, compliance=0.90)
-
-    def __getitem__(self, tier: Tier) -> TierSlo:
-        return getattr(self, tier.value)
-
-
-class SloConfig(_Strict):
-    targets: TierSlos = TierSlos()
-    # Compliance is computed over the last `window` samples of a tier, cluster-wide,
-    # leaving out those older than max_sample_age_seconds: stale samples never steer.
-    window: Annotated[int, Field(ge=10, le=100_000)] = 1000
-    # Older samples never steer.
-    max_sample_age_seconds: Annotated[float, Field(gt=0)] = 60.0
-    # Fewer fresh samples than this and the controller does not act on the tier.
-    min_samples: Annotated[int, Field(ge=1)] = 50
-    # Share of exchanges whose response Envoy sends the sidecar, to time the first token
-    # of those that stream (each costs a round trip, and one per chunk of a watched
-    # stream: bench/completion_signal.py)...
-    ttft_sample_rate: Annotated[float, Field(ge=0, le=1)] = 0.25
-    # ...and at most this many a second per sidecar: a busy gateway still gets plenty of
-    # samples (min_samples in seconds) without paying for a quarter of its traffic.
-    ttft_samples_per_second: Annotated[float, Field(gt=0)] = 20.0
-
-
-class TierBounds(_Strict):
-    p0: Share = 0.40
-    p1: Share = 0.35  # P1's minimum guarantee
-    p2: Share = 0.01
-
-    def __getitem__(self, tier: Tier) -> float:
-        return getattr(self, tier.value)
-
-
-class TierCeilings(TierBounds):
-    p0: Share = 0.90
-    p1: Share = 0.60
-    p2: Share = 0.30
-
-
-class ControllerConfig(_Strict):
-    # Whether the lease holder moves budget between tiers.
-    enabled: bool = True
-    # How often the controller looks.
-    interval_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
-    # No move sooner than this after a move.
-    cooldown_seconds: Annotated[float, Field(ge=0)] = 5.0
-    # P0 compliance at or above this is comfortably above target: give some rate away.
-    give_above: Annotated[float, Field(gt=0, le=1)] = 0.998
-    # The share of P0's rate given away in one move.
-    give_step: Annotated[float, Field(gt=0, le=0.5)] = 0.05
-    # Below this P0 is in trouble: take rate back from P1 and P2.
-    take_below: Annotated[float, Field(gt=0, le=1)] = 0.95
-    # The share of P1's and P2's rates taken back in one move.
-    take_step: Annotated[float, Field(gt=0, le=0.5)] = 0.10
-    floors: TierBounds = TierBounds()
-    ceilings: TierCeilings = TierCeilings()
-    # One controller at a time: the holder of a Redis lease this long, renewed each tick.
-    lease_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
-
-    @model_validator(mode="after")
-    def _sane(self) -> ControllerConfig:
-        if self.lease_seconds < 3 * self.interval_seconds:
-            raise ValueError("controller.lease_seconds must be at least 3 interval_seconds")
-        if self.take_below >= self.give_above:
-            raise ValueError("controller.take_below must be below controller.give_above")
-        for tier in Tier:
-            if self.floors[tier] > self.ceilings[tier]:
-                raise ValueError(f"controller.floors.{tier.value} is above its ceiling")
-        return self
-
-
-PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
-
-
-class PoolConfig(_Strict):
+class PoolConfig(Strict):
     """One pool of GPUs behind the gateway (see sidecar/config/pools.py). What it leaves
     out is the top-level value."""
 
@@ -323,12 +204,12 @@ class PoolConfig(_Strict):
     # the sum its fresh pods report, when they report one, overrides it.
     capacity_tokens_per_second: Positive | None = None
     # Per tier, settings of tiers.pN to change for this pool: share, shed_below_free_kv...
-    tiers: dict[Tier, dict[str, Any]] = {}
+    tiers: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
     # Per tier, SLO targets (slo.targets.pN keys) to change for this pool.
-    slo_targets: dict[Tier, dict[str, Any]] = {}
+    slo_targets: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
 
 
-class FairnessConfig(_Strict):
+class FairnessConfig(Strict):
     # Weighted fair shares between the tenants of a tier while its bucket is contended
     # (docs/fair-shares.md): a tenant over its share may not take the bucket
     # below `reserve` of its burst, which is kept for the tenants under theirs.
@@ -343,7 +224,7 @@ class FairnessConfig(_Strict):
     top_tenants: Annotated[int, Field(ge=0, le=100)] = 5
 
 
-class MediaConfig(_Strict):
+class MediaConfig(Strict):
     """What the parts of a prompt that are not text are estimated to cost, in prompt
     tokens, until the answer's usage says what they cost (and the difference is settled,
     whatever the tier's output_weight)."""
@@ -362,7 +243,7 @@ class MediaConfig(_Strict):
     stored_context_tokens: Annotated[int, Field(ge=0)] = 2048
 
 
-class QosConfig(_Strict):
+class QosConfig(Strict):
     fleet: FleetConfig = FleetConfig()
     identity: IdentityConfig = IdentityConfig()
     tiers: TiersConfig = TiersConfig()
@@ -373,13 +254,13 @@ class QosConfig(_Strict):
     controller: ControllerConfig = ControllerConfig()
     fairness: FairnessConfig = FairnessConfig()
     # Model pools behind the one gateway; none: one pool, "default", serves every model.
-    pools: dict[PoolName, PoolConfig] = {}
+    pools: dict[PoolName, PoolConfig] = Field(default_factory=dict)
     media: MediaConfig = MediaConfig()
     # Routes beyond the built-in table (sidecar/routes/table.py), or instead of its
     # entries: {path: kind}, a kind being chat, completions, responses, messages,
     # input_only, generate, ... to charge the route's body as that API's, `pass` to send
     # it on uncharged, `refuse` to answer 404, `websocket` to let it upgrade.
-    routes: dict[str, str] = {}
+    routes: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("routes")
     @classmethod
@@ -411,69 +292,3 @@ class QosConfig(_Strict):
     def tier_rate(self, tier: Tier) -> float:
         """The tier's bucket refill rate in tokens a second."""
         return self.tiers[tier].share * self.fleet.capacity_tokens_per_second
-
-
-def shares_within_bounds(tiers: TiersConfig, controller: ControllerConfig, where: str) -> None:
-    """Each tier's share lies within the controller's floor and ceiling for it."""
-    for tier in Tier:
-        share = tiers[tier].share
-        floor, ceiling = controller.floors[tier], controller.ceilings[tier]
-        if not floor <= share <= ceiling:
-            raise ValueError(
-                f"{where}.{tier.value}.share {share:g} is outside the controller's bounds "
-                f"[{floor:g}, {ceiling:g}] (controller.floors / controller.ceilings)"
-            )
-
-
-class Tenant(_Strict):
-    tier: Tier
-    # An optional budget of the tenant's own, inside its tier's: tokens a second, shared
-    # by every pool the tenant uses...
-    rate_tokens_per_second: Positive | None = None
-    # ...except the pools named here, where the tenant has a budget of its own instead.
-    pool_rates: dict[PoolName, Positive] = {}
-    burst_seconds: Positive = 0.5
-    # Its weight in its tier's fair shares: under contention it is entitled to
-    # weight / (the active tenants' weights) of the tier's rate.
-    weight: Positive = 1.0
-
-    def rate_in(self, pool: str) -> tuple[float | None, str | None]:
-        """The tenant's rate in `pool` and the pool its bucket is kept for (None: the
-        bucket shared across pools); (None, None) when it has no rate there."""
-        if pool in self.pool_rates:
-            return self.pool_rates[pool], pool
-        return self.rate_tokens_per_second, None
-
-
-def describe(error: ValidationError) -> str:
-    """One line per problem, naming the key: `tiers.p2.share: Input should be ...`."""
-    lines = []
-    for problem in error.errors():
-        where = ".".join(str(part) for part in problem["loc"]) or "(config)"
-        message = problem["msg"].removeprefix("Value error, ")
-        if problem["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"{where}: {message}")
-    return "\n".join(lines)
-
-
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-class Mode(enum.StrEnum):
-    NORMAL = "normal"
-    CORE_ONLY = "core-only"  # the brief's "protect transactions only": P0 alone admitted
-    SHADOW = "shadow"  # every decision computed and counted, nothing refused
-
-
-class OperatorMode(_Strict):
-    mode: Mode = Mode.NORMAL
-    # Tiers an operator sheds outright, whatever the load.
-    force_shed: frozenset[Tier] = frozenset()

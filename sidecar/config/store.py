@@ -30,18 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as redis
+from pydantic import ValidationError
 
 from sidecar.config import tenants
+from sidecar.config.base import Tier, describe
+from sidecar.config.operator_state import OperatorMode, Tenant
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
-from sidecar.config.schema import (
-    OperatorMode,
-    QosConfig,
-    Tenant,
-    Tier,
-    ValidationError,
-    describe,
-)
+from sidecar.config.schema import QosConfig
 from sidecar.config.switches import ModeChange
 from sidecar.routes.table import RouteTable
 from sidecar.routes.table import build as build_routes

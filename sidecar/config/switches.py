@@ -8,7 +8,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from sidecar.config.schema import Mode, OperatorMode, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode
 
 VIAS = ("dashboard", "api", "cli")
 MAX_BY = 64  # characters of a name kept

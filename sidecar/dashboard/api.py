@@ -13,7 +13,8 @@ from typing import Any
 import redis.asyncio as redis
 from aiohttp import web
 
-from sidecar.config.schema import Mode, OperatorMode, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.store import Snapshot
 from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
 from sidecar.dashboard import auth

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.config.store import Snapshot
 from sidecar.fairness.usage import TierFairness, read_tier_fairness, redis_now_ms
 

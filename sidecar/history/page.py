@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.config.store import Snapshot
 from sidecar.config.switches import ModeChange
 from sidecar.history.happening import happening

@@ -15,7 +15,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.config.switches import ModeChange
 from sidecar.gateway_view import GatewayView
 from sidecar.history import page

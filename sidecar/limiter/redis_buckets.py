@@ -7,7 +7,7 @@ from importlib import resources
 
 import redis.asyncio as redis
 
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.limiter.buckets import BucketSpec, FairShare, Verdict, tier_bucket_key
 from sidecar.limiter.records import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad
 from sidecar.redis_multiplexed import MultiplexedRedis

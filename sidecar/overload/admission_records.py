@@ -10,8 +10,8 @@ from importlib import resources
 
 import redis.asyncio as redis
 
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import Tier
 from sidecar.limiter.buckets import tier_bucket_key
 from sidecar.limiter.records import PACKED, SLOT_MS
 from sidecar.overload.admitted import Recent, RecentAdmissions

@@ -12,6 +12,7 @@ Cluster-wide, the charge records it with the buckets (limiter/records.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sidecar.limiter.records import AdmittedLoad
@@ -56,3 +57,34 @@ def unreported(recent: list[Recent], report_age_seconds: float) -> tuple[float, 
     """Blocks and requests admitted since a report this old (with the overlap)."""
     newer = [r for r in recent if r.age_seconds < report_age_seconds + OVERLAP_SECONDS]
     return sum(r.blocks for r in newer), sum(r.requests for r in newer)
+
+
+class ProjectedAdmission:
+    """One admission's projected load, from its decision until the reports show it."""
+
+    def __init__(
+        self,
+        load: AdmittedLoad,
+        clock: Callable[[], float],
+        release: Callable[[ProjectedAdmission], None],
+    ) -> None:
+        self.load = load
+        self._clock = clock
+        self.at = clock()
+        self.confirmed_at: float | None = None
+        # When its budget call recorded it in Redis (Redis time, ms; 0: not recorded):
+        # from the first read after that, it is counted from there.
+        self.recorded_ms = 0
+        self.cancelled = False
+        self._release = release
+
+    def confirm(self, recorded_ms: int) -> None:
+        """Admitted; `recorded_ms`: when its budget call recorded it in Redis, or 0."""
+        if not self.cancelled:
+            self.confirmed_at, self.recorded_ms = self._clock(), recorded_ms
+
+    def cancel(self) -> None:
+        """Not admitted after all: it adds nothing."""
+        if not self.cancelled and self.confirmed_at is None:
+            self.cancelled = True
+            self._release(self)

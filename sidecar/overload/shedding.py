@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode
 from sidecar.config.pools import Pool
-from sidecar.config.schema import Mode, QosConfig, Tier, TierConfig
+from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import ClusterLoad
 from sidecar.policy.refusals import Reason

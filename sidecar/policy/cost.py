@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sidecar.bodies.parsed import Media, OutputLimit, Prompt
-from sidecar.config.schema import MediaConfig, Tier, TierConfig
+from sidecar.config.base import Tier
+from sidecar.config.schema import MediaConfig, TierConfig
 from sidecar.limiter.buckets import BucketSpec
 
 

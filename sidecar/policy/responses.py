@@ -9,7 +9,8 @@ from sidecar.answers import anthropic, openai
 from sidecar.answers.responses import response_fallback
 from sidecar.answers.sse import dumps
 from sidecar.bodies.parsed import ResponseShape, TextForm
-from sidecar.config.schema import FallbackKind, TierConfig
+from sidecar.config.base import FallbackKind
+from sidecar.config.schema import TierConfig
 from sidecar.policy.decision import Respond
 from sidecar.policy.refusals import Reason, Refusal
 from sidecar.routes.kinds import Api

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.config.schema import Tier
+from sidecar.config.base import Tier
 from sidecar.queueing.queue import AdmissionQueue
 
 

@@ -19,9 +19,10 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.schema import QosConfig
 from sidecar.policy.cost import Reservation
 from sidecar.queueing.peers import PeerRegistry
 from sidecar.queueing.scheduler import Scheduler, Waiter

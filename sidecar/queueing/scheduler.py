@@ -19,7 +19,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sidecar.config.schema import QueueConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QueueConfig
 from sidecar.policy.cost import Reservation
 
 PRIORITY = (Tier.P0, Tier.P1, Tier.P2)

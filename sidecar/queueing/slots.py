@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import Tier
 from sidecar.policy.cost import Reservation
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.config.schema import ControllerConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.slo_config import ControllerConfig
 
 Shares = dict[Tier, float]
 

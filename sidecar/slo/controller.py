@@ -18,8 +18,8 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.schema import Tier
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.slo.control import Adjustment, Compliance, adjust
 from sidecar.slo.lease import Lease

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.config.schema import Mode, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode
 from sidecar.config.store import Snapshot
 from sidecar.slo.controller import SloController
 

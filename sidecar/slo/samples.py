@@ -20,8 +20,10 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.schema import QosConfig, SloConfig, Tier
+from sidecar.config.schema import QosConfig
+from sidecar.config.slo_config import SloConfig
 from sidecar.slo.control import Compliance
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.cli import main
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import DOC_KEY, VERSION_KEY, ConfigStore, hash_api_key
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.tooling.stack.admin_client import scrape

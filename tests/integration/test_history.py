@@ -13,7 +13,9 @@ import urllib.request
 import grpc
 import pytest
 
-from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode, Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.config.switches import ModeChange
 from sidecar.extproc.client import ExtProcClient, admitted

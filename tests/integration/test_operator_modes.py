@@ -11,7 +11,8 @@ import time
 import grpc
 import pytest
 
-from sidecar.config.schema import Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import ExtProcClient
 from tests.integration.helpers import decision_count

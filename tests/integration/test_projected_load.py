@@ -17,7 +17,9 @@ import aiohttp
 import grpc
 import pytest
 
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import ExtProcClient, admitted
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc

@@ -14,7 +14,9 @@ import sys
 import aiohttp
 import pytest
 
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config, readiness

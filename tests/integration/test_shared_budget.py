@@ -8,7 +8,9 @@ import time
 import grpc
 import pytest
 
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.extproc.client import ExtProcClient, admitted
 

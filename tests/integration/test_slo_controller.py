@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.slo.samples import samples_key
 from sidecar.tooling.stack.stack import Stack, StackOptions

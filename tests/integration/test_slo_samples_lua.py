@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.schema import SloConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.slo_config import SloConfig
 from sidecar.slo.samples import TTFT, SampleStore, samples_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

@@ -11,7 +11,9 @@ import redis
 
 from sidecar.admission.decider import AdmissionDecider
 from sidecar.admission.identity import IdentityResolver
-from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode, Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict
 from sidecar.openai_api.prompt import estimate_text_tokens

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.queueing.queue import AdmissionQueue, QueueFull
 
 pytestmark = pytest.mark.asyncio

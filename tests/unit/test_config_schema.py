@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sidecar.config.schema import FallbackKind, QosConfig, Tier, describe
+from sidecar.config.base import FallbackKind, Tier, describe
+from sidecar.config.schema import QosConfig
 
 
 def refusal(document) -> str:

@@ -13,7 +13,9 @@ from pydantic import ValidationError
 
 from sidecar.admission.decider import AdmissionDecider
 from sidecar.admission.identity import IdentityResolver
-from sidecar.config.schema import QosConfig, Tenant, Tier, describe
+from sidecar.config.base import Tier, describe
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.extproc.exchange import Exchange
 from sidecar.limiter.buckets import Verdict

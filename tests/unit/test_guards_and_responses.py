@@ -7,7 +7,8 @@ import pytest
 from sidecar.answers.openai import FINISH_REASON
 from sidecar.bodies.openai import read_chat
 from sidecar.bodies.parsed import ParsedRequest, ResponseShape, TextForm
-from sidecar.config.schema import FallbackKind, QosConfig, TierConfig
+from sidecar.config.base import FallbackKind
+from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.policy.guards import apply_guards
 from sidecar.policy.refusals import Reason, Refusal
 from sidecar.policy.responses import respond

@@ -3,8 +3,9 @@ since when, from the window's seconds. Pure."""
 
 from __future__ import annotations
 
+from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.config.switches import ModeChange
 from sidecar.history import page

@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from sidecar.admission.identity import IdentityResolver, Unauthenticated, bearer_token
-from sidecar.config.schema import QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from tests.unit.clock import Clock
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.overload.load import PodLoad, aggregate
 from sidecar.overload.shedding import SheddingState, overload_refusal

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 from redis.crc import key_slot
 
 from sidecar.admission.decider import AdmissionDecider
 from sidecar.admission.identity import IdentityResolver
+from sidecar.config.base import Tier, describe
+from sidecar.config.operator_state import Tenant
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.schema import QosConfig, Tenant, Tier, ValidationError, describe
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.limiter.buckets import Verdict, tenant_bucket_key, tier_bucket_key
 from sidecar.openai_api.prompt import estimate_text_tokens

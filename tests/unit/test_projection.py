@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.overload.admitted import OVERLAP_SECONDS, Recent, RecentAdmissions, admitted_load
 from sidecar.overload.load import PodLoad, aggregate

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.tooling.benchmarks.promo import Settings, configuration
 
 

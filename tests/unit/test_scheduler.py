@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.config.schema import QueueConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QueueConfig
 from sidecar.queueing.scheduler import Scheduler, Waiter
 
 NO_AGING = QueueConfig(promote_after_seconds=1e9, promote_after_passed_over=10**9, p1_min_share=0.0)

@@ -12,7 +12,9 @@ import itertools
 
 import pytest
 
-from sidecar.config.schema import ControllerConfig, QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
+from sidecar.config.slo_config import ControllerConfig
 from sidecar.slo.control import Compliance, adjust
 
 CONFIG = ControllerConfig()

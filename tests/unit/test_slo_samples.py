@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.schema import QosConfig, Tier
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.slo.samples import LATENCY, TTFT, Sample, compliance, met_target
 
 

@@ -12,7 +12,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import redis_connect
-from sidecar.config.schema import Mode, OperatorMode, QosConfig, Tenant, Tier
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode, Tenant
+from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.config.switches import ModeChange
 
