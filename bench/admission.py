@@ -29,9 +29,9 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
-from sidecar.extproc.client import ExtProcClient, admitted
-from sidecar.policy.decision import Admit, RequestView
 from sidecar.ports import free_port
+from sidecar.request.extproc.client import ExtProcClient, admitted
+from sidecar.request.policy.decision import Admit, RequestView
 from sidecar.settings import SidecarSettings
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import redis
 
-from sidecar.history.store import KEPT_SECONDS, PREFIX
-from sidecar.history.window import SECONDS, TTFT_BUCKETS_MS
+from sidecar.operator.history.store import KEPT_SECONDS, PREFIX
+from sidecar.operator.history.window import SECONDS, TTFT_BUCKETS_MS
 from sidecar.tooling.stack.processes import ManagedProcess, cpu_seconds
 from sidecar.tooling.stack.redis_servers import redis_on_free_port
 from sidecar.tooling.stack.stack import start_sidecar

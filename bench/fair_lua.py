@@ -19,9 +19,10 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from sidecar.limiter.buckets import BucketSpec, FairShare, fair_share_keys, tier_bucket_key
-from sidecar.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.budget_layout import fair_share_keys, tier_bucket_key
 from sidecar.ports import free_port
+from sidecar.request.limiter.buckets import BucketSpec, FairShare
+from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.tooling.stack.redis_servers import start_redis_server
 
 RATE = 1e9  # never empty: every call admits, the path a decision takes most

@@ -26,7 +26,7 @@ PARTS = (
     ("logging", re.compile(r"(^|/)logging/|pythonjsonlogger/")),
     ("JSON", re.compile(r"(^|/)json/|_json")),
     ("protobuf", re.compile(r"(^|/)google/protobuf/|_message\.|upb")),
-    ("completion signal", re.compile(r"(^|/)sidecar/completion/")),
+    ("completion signal", re.compile(r"(^|/)sidecar/request/completion/")),
     ("decision", re.compile(r"(^|/)sidecar/")),
     ("event loop", re.compile(r"(^|/)asyncio/|_asyncio|uvloop|selectors|socketmodule")),
 )

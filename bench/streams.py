@@ -37,8 +37,8 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.extproc.client import http_headers
 from sidecar.ports import free_port
+from sidecar.request.extproc.client import http_headers
 from sidecar.tooling.benchmarks.processors import split_option, start_processor
 from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds
 from sidecar.tooling.stack.redis_servers import start_redis_server

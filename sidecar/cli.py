@@ -24,12 +24,21 @@ COMMANDS = {
     ),
     "mock-vllm": ("sidecar.tooling.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
     "report": (
-        "sidecar.reporter",
+        "sidecar.operator.reporter",
         "report one model server's load (vLLM, SGLang, TensorRT-LLM, TGI) to the sidecars",
     ),
-    "tenants": ("sidecar.commands.tenants", "add, list and remove tenants and their API keys"),
-    "config": ("sidecar.commands.config", "show, set, import and export the QoS configuration"),
-    "mode": ("sidecar.commands.mode", "get or switch the operator mode: normal, core-only, shadow"),
+    "tenants": (
+        "sidecar.operator.commands.tenants",
+        "add, list and remove tenants and their API keys",
+    ),
+    "config": (
+        "sidecar.operator.commands.config",
+        "show, set, import and export the QoS configuration",
+    ),
+    "mode": (
+        "sidecar.operator.commands.mode",
+        "get or switch the operator mode: normal, core-only, shadow",
+    ),
     "bench": (
         "sidecar.tooling.benchmarks.command",
         "run a benchmark scenario (promo: the flash sale)",

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import redis.asyncio as redis
 
-from sidecar.admission.decider import AdmissionDecider
-from sidecar.admission.identity import IdentityResolver
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
-from sidecar.limiter.buckets import Limiter
-from sidecar.limiter.redis_buckets import RedisTokenBuckets
-from sidecar.openai_api.prompt import TextCounter, TokenizerCounter, estimate_text_tokens
-from sidecar.overload.monitor import LoadMonitor
-from sidecar.overload.shedding import SheddingState
-from sidecar.policy.decision import AdmitAll, Decider
-from sidecar.queueing.queue import AdmissionQueue
+from sidecar.loops.overload.monitor import LoadMonitor
+from sidecar.loops.overload.shedding import SheddingState
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.limiter.buckets import Limiter
+from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.request.openai_api.prompt import TextCounter, TokenizerCounter, estimate_text_tokens
+from sidecar.request.policy.decision import AdmitAll, Decider
+from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.settings import SidecarSettings
 
 DECIDERS = ("admission", "admit-all")

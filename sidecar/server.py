@@ -17,42 +17,42 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
-from sidecar.admission.decider import AdmissionDecider
-from sidecar.completion.access_log import AccessLogReceiver
-from sidecar.completion.exchange_ends import ExchangeEnds
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher
-from sidecar.dashboard.api import add_routes as add_dashboard_routes
 from sidecar.deciders import build_decider
-from sidecar.extproc.servicer import ExternalProcessor
-from sidecar.fairness.watch import FairnessCollector, FairnessWatch
-from sidecar.gateway_view import GatewayView
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
-from sidecar.history.recorder import HistoryRecorder
-from sidecar.history.store import HistoryStore
-from sidecar.limiter.overlimit import OverLimitCache
-from sidecar.limiter.redis_buckets import RedisTokenBuckets
-from sidecar.limiter.resilient import DegradedCollector, ResilientLimiter
+from sidecar.loops.fairness.watch import FairnessCollector, FairnessWatch
+from sidecar.loops.overload.admission_records import AdmissionRecords
+from sidecar.loops.overload.metrics import LoadCollector
+from sidecar.loops.overload.monitor import LoadMonitor
+from sidecar.loops.overload.reports import ReportStore
+from sidecar.loops.overload.servicer import LoadReporterService
+from sidecar.loops.scrape.resolver import Resolver
+from sidecar.loops.scrape.scraper import ScrapeCollector, Scraper, ScrapeSettings
+from sidecar.loops.scrape.targets import TargetsInvalid, parse_targets
+from sidecar.loops.slo.control import Adjustment
+from sidecar.loops.slo.controller import SloController
+from sidecar.loops.slo.lease import Lease
+from sidecar.loops.slo.metrics import SloCollector
+from sidecar.loops.slo.samples import SampleRecorder, SampleStore
 from sidecar.metrics import BucketLevelCollector, SidecarMetrics
-from sidecar.overload.admission_records import AdmissionRecords
-from sidecar.overload.metrics import LoadCollector
-from sidecar.overload.monitor import LoadMonitor
-from sidecar.overload.reports import ReportStore
-from sidecar.overload.servicer import LoadReporterService
-from sidecar.queueing.metrics import QueueCollector
-from sidecar.queueing.peers import PeerRegistry
-from sidecar.queueing.queue import AdmissionQueue
-from sidecar.queueing.slots import SlotTable
+from sidecar.operator.dashboard.api import add_routes as add_dashboard_routes
+from sidecar.operator.gateway_view import GatewayView
+from sidecar.operator.history.recorder import HistoryRecorder
+from sidecar.operator.history.store import HistoryStore
 from sidecar.redis_errors import RedisErrorCollector
-from sidecar.scrape.resolver import Resolver
-from sidecar.scrape.scraper import ScrapeCollector, Scraper, ScrapeSettings
-from sidecar.scrape.targets import TargetsInvalid, parse_targets
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.completion.access_log import AccessLogReceiver
+from sidecar.request.completion.exchange_ends import ExchangeEnds
+from sidecar.request.extproc.servicer import ExternalProcessor
+from sidecar.request.limiter.overlimit import OverLimitCache
+from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.request.limiter.resilient import DegradedCollector, ResilientLimiter
+from sidecar.request.queueing.metrics import QueueCollector
+from sidecar.request.queueing.peers import PeerRegistry
+from sidecar.request.queueing.queue import AdmissionQueue
+from sidecar.request.queueing.slots import SlotTable
 from sidecar.settings import SidecarSettings
-from sidecar.slo.control import Adjustment
-from sidecar.slo.controller import SloController
-from sidecar.slo.lease import Lease
-from sidecar.slo.metrics import SloCollector
-from sidecar.slo.samples import SampleRecorder, SampleStore
 from sidecar.workers import supervisor
 from sidecar.workers.siblings import Siblings
 from sidecar.workers.worker import Worker

@@ -16,7 +16,7 @@ import pickle
 import struct
 from collections.abc import Callable
 
-from sidecar.completion.access_log import ExchangeEnd
+from sidecar.request.completion.access_log import ExchangeEnd
 from sidecar.workers.worker import Worker
 
 log = logging.getLogger(__name__)

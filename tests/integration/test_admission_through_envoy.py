@@ -9,7 +9,7 @@ import urllib.request
 import openai
 import pytest
 
-from sidecar.answers.openai import FINISH_REASON
+from sidecar.request.answers.openai import FINISH_REASON
 from tests.integration.helpers import decision_count
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sidecar.scrape.targets import parse_targets
+from sidecar.loops.scrape.targets import parse_targets
 from sidecar.tooling.stack import envoy_config
 from tests.integration.test_envoy_configs import validate
 

@@ -8,7 +8,7 @@ import socket
 import dns.exception
 import pytest
 
-from sidecar.scrape.resolver import Resolver
+from sidecar.loops.scrape.resolver import Resolver
 from tests.integration.dns_server import DnsServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

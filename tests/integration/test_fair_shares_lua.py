@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.limiter.buckets import (
-    BucketSpec,
-    FairShare,
-    fair_share_keys,
-    tenant_bucket_key,
-    tier_bucket_key,
-)
-from sidecar.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.budget_layout import fair_share_keys, tenant_bucket_key, tier_bucket_key
+from sidecar.request.limiter.buckets import BucketSpec, FairShare
+from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

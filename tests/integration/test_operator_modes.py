@@ -14,7 +14,7 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
-from sidecar.extproc.client import ExtProcClient
+from sidecar.request.extproc.client import ExtProcClient
 from tests.integration.helpers import decision_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

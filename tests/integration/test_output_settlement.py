@@ -11,7 +11,7 @@ import time
 import aiohttp
 import pytest
 
-from sidecar.completion.exchange_ends import UNLOGGED_GRACE_SECONDS
+from sidecar.request.completion.exchange_ends import UNLOGGED_GRACE_SECONDS
 from tests.integration.helpers import flood, scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

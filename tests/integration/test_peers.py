@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.queueing.peers import PeerRegistry
+from sidecar.request.queueing.peers import PeerRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

@@ -21,8 +21,8 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.extproc.client import ExtProcClient, admitted
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.request.extproc.client import ExtProcClient, admitted
 from sidecar.tooling.stack.readiness import pods_reporting
 from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import decision_count, scrape, wait_until

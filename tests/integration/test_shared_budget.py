@@ -12,7 +12,7 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.extproc.client import ExtProcClient, admitted
+from sidecar.request.extproc.client import ExtProcClient, admitted
 
 pytestmark = pytest.mark.integration
 

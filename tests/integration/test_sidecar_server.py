@@ -12,8 +12,8 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.extproc.client import ExtProcClient
 from sidecar.ports import free_port
+from sidecar.request.extproc.client import ExtProcClient
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar

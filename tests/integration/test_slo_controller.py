@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.slo.samples import samples_key
+from sidecar.loops.slo.samples import samples_key
 from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, wait_until
 

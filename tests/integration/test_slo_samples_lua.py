@@ -7,7 +7,7 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.slo_config import SloConfig
-from sidecar.slo.samples import TTFT, SampleStore, samples_key
+from sidecar.loops.slo.samples import TTFT, SampleStore, samples_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

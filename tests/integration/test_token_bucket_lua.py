@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from sidecar.limiter.buckets import BucketSpec, Owner, tenant_bucket_key, tier_bucket_key
-from sidecar.limiter.records import SLOT_MS, AdmittedLoad
-from sidecar.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
-from sidecar.overload.admission_records import AdmissionRecords
+from sidecar.budget_layout import SLOT_MS, AdmittedLoad, tenant_bucket_key, tier_bucket_key
+from sidecar.loops.overload.admission_records import AdmissionRecords
+from sidecar.request.limiter.buckets import BucketSpec, Owner
+from sidecar.request.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

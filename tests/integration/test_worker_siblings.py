@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from envoy.data.accesslog.v3 import accesslog_pb2
 
-from sidecar.completion.access_log import ExchangeEnd
+from sidecar.request.completion.access_log import ExchangeEnd
 from sidecar.workers.siblings import Siblings
 from sidecar.workers.worker import Worker
 from tests.integration.helpers import wait_until

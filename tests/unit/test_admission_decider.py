@@ -9,18 +9,18 @@ import json
 import pytest
 import redis
 
-from sidecar.admission.decider import AdmissionDecider
-from sidecar.admission.identity import IdentityResolver
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
-from sidecar.limiter.buckets import Verdict
-from sidecar.openai_api.prompt import estimate_text_tokens
-from sidecar.overload.shedding import SheddingState
-from sidecar.policy.decision import Admit, Admitted, Hold, RequestView, Respond
-from sidecar.policy.refusals import Reason
-from sidecar.queueing.queue import AdmissionQueue
+from sidecar.loops.overload.shedding import SheddingState
+from sidecar.refusals import Reason
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.limiter.buckets import Verdict
+from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.policy.decision import Admit, Admitted, Hold, RequestView, Respond
+from sidecar.request.queueing.queue import AdmissionQueue
 
 KEYS = {hash_api_key("k-p2"): "bulk", hash_api_key("k-p0"): "pay", hash_api_key("k-cap"): "capped"}
 TENANTS = {

@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
-from sidecar.queueing.queue import AdmissionQueue, QueueFull
+from sidecar.request.queueing.queue import AdmissionQueue, QueueFull
 
 pytestmark = pytest.mark.asyncio
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from sidecar.limiter.buckets import BucketSpec, tenant_bucket_key, tier_bucket_key
+from sidecar.budget_layout import tenant_bucket_key, tier_bucket_key
+from sidecar.request.limiter.buckets import BucketSpec
 
 
 def test_a_tiers_buckets_share_one_cluster_slot():

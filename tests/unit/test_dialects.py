@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sidecar.dialects import DIALECTS, MetricsUnreadable, PodMetrics, read
+from sidecar.loops.dialects import DIALECTS, MetricsUnreadable, PodMetrics, read
 from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
 from sidecar.tooling.mockvllm.engine import Engine, EngineConfig
 from sidecar.tooling.mockvllm.metrics import EngineCollector

@@ -7,8 +7,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
-from sidecar.extproc.exchange import Exchange, Phase, ProtocolError
-from sidecar.policy.decision import Admit, Decision, RequestView, Respond
+from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
+from sidecar.request.policy.decision import Admit, Decision, RequestView, Respond
 
 
 def headers(pairs: dict[str, str], end_of_stream: bool = False, raw: bool = True):
@@ -191,7 +191,7 @@ async def test_headers_are_read_from_value_and_raw_value_and_lower_cased():
 
 @pytest.mark.asyncio
 async def test_a_held_request_is_answered_twice_wait_then_decision():
-    from sidecar.policy.decision import Hold
+    from sidecar.request.policy.decision import Hold
 
     async def resume():
         return Admit(reason="admitted", slot="s-1")

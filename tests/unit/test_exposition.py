@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.dialects import DIALECTS
-from sidecar.dialects.exposition import samples_of
+from sidecar.loops.dialects import DIALECTS
+from sidecar.loops.dialects.exposition import samples_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 

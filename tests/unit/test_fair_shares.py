@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.config.schema import FairnessConfig
-from sidecar.fairness.shares import jain_index, max_min_shares
-from sidecar.fairness.usage import tier_fairness
+from sidecar.loops.fairness.shares import jain_index, max_min_shares
+from sidecar.loops.fairness.usage import tier_fairness
 
 tenants = st.dictionaries(
     st.text("abcdefgh", min_size=1, max_size=3),

@@ -11,15 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sidecar.admission.decider import AdmissionDecider
-from sidecar.admission.identity import IdentityResolver
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
-from sidecar.extproc.exchange import Exchange
-from sidecar.limiter.buckets import Verdict
-from sidecar.openai_api.prompt import estimate_text_tokens
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.extproc.exchange import Exchange
+from sidecar.request.limiter.buckets import Verdict
+from sidecar.request.openai_api.prompt import estimate_text_tokens
 
 FUZZ = settings(
     max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from sidecar.answers.openai import FINISH_REASON
-from sidecar.bodies.openai import read_chat
-from sidecar.bodies.parsed import ParsedRequest, ResponseShape, TextForm
 from sidecar.config.base import FallbackKind
 from sidecar.config.schema import QosConfig, TierConfig
-from sidecar.policy.guards import apply_guards
-from sidecar.policy.refusals import Reason, Refusal
-from sidecar.policy.responses import respond
+from sidecar.refusals import Reason, Refusal
+from sidecar.request.answers.openai import FINISH_REASON
+from sidecar.request.bodies.openai import read_chat
+from sidecar.request.bodies.parsed import ParsedRequest, ResponseShape, TextForm
+from sidecar.request.policy.guards import apply_guards
+from sidecar.request.policy.responses import respond
 
 P0 = QosConfig().tiers.p0
 P2 = QosConfig().tiers.p2

@@ -8,10 +8,10 @@ from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.config.switches import ModeChange
-from sidecar.history import page
-from sidecar.history.happening import GAP_SECONDS, WORDS, happening
-from sidecar.history.window import SECONDS, Window
-from sidecar.policy.refusals import Reason
+from sidecar.operator.history import page
+from sidecar.operator.history.happening import GAP_SECONDS, WORDS, happening
+from sidecar.operator.history.window import SECONDS, Window
+from sidecar.refusals import Reason
 
 NOW = 2_000_000
 LINES = page.lines(Snapshot(1, QosConfig()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.history.window import (
+from sidecar.operator.history.window import (
     SECONDS,
     TTFT_BUCKETS_MS,
     Window,

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.admission.identity import IdentityResolver, Unauthenticated, bearer_token
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.request.admission.identity import IdentityResolver, Unauthenticated, bearer_token
 from tests.unit.clock import Clock
 
 KEYS = {hash_api_key("k-acme"): "acme", hash_api_key("k-gone"): "gone"}

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.openai_api.prompt import (
+from sidecar.request.openai_api.prompt import (
     TokenizerCounter,
     estimate_prompt_tokens,
     estimate_text_tokens,
 )
-from sidecar.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
+from sidecar.request.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
 
 
 @pytest.mark.parametrize(

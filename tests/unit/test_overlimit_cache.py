@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.limiter.buckets import BucketSpec, FairShare, Verdict
-from sidecar.limiter.overlimit import OverLimitCache
-from sidecar.limiter.resilient import LocalTokenBuckets
+from sidecar.request.limiter.buckets import BucketSpec, FairShare, Verdict
+from sidecar.request.limiter.overlimit import OverLimitCache
+from sidecar.request.limiter.resilient import LocalTokenBuckets
 from tests.unit.clock import Clock
 
 pytestmark = pytest.mark.asyncio

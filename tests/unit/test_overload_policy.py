@@ -8,9 +8,9 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
-from sidecar.overload.load import PodLoad, aggregate
-from sidecar.overload.shedding import SheddingState, overload_refusal
-from sidecar.policy.refusals import Reason
+from sidecar.loops.overload.load import PodLoad, aggregate
+from sidecar.loops.overload.shedding import SheddingState, overload_refusal
+from sidecar.refusals import Reason
 
 CONFIG = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
 

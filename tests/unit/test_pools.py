@@ -8,20 +8,21 @@ import pytest
 from pydantic import ValidationError
 from redis.crc import key_slot
 
-from sidecar.admission.decider import AdmissionDecider
-from sidecar.admission.identity import IdentityResolver
+from sidecar.budget_layout import tenant_bucket_key, tier_bucket_key
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
-from sidecar.limiter.buckets import Verdict, tenant_bucket_key, tier_bucket_key
-from sidecar.openai_api.prompt import estimate_text_tokens
-from sidecar.overload.load import PodLoad, aggregate, pool_of
-from sidecar.overload.shedding import SheddingState
-from sidecar.policy.decision import Admit, RequestView, Respond
-from sidecar.queueing.queue import AdmissionQueue
-from sidecar.slo.samples import samples_key
+from sidecar.loops.overload.load import PodLoad, aggregate, pool_of
+from sidecar.loops.overload.shedding import SheddingState
+from sidecar.loops.slo.samples import samples_key
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.limiter.buckets import Verdict
+from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.policy.decision import Admit, RequestView, Respond
+from sidecar.request.queueing.queue import AdmissionQueue
 
 TWO_POOLS = {
     "pools": {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.overload.load import PodLoad
-from sidecar.overload.priority_check import priority_unconfirmed
+from sidecar.loops.overload.load import PodLoad
+from sidecar.loops.overload.priority_check import priority_unconfirmed
 
 
 def pod(name: str, policy: str) -> PodLoad:

@@ -9,10 +9,10 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
-from sidecar.overload.admitted import OVERLAP_SECONDS, Recent, RecentAdmissions, admitted_load
-from sidecar.overload.load import PodLoad, aggregate
-from sidecar.overload.monitor import LoadMonitor
-from sidecar.policy.refusals import Reason
+from sidecar.loops.overload.admitted import OVERLAP_SECONDS, Recent, RecentAdmissions, admitted_load
+from sidecar.loops.overload.load import PodLoad, aggregate
+from sidecar.loops.overload.monitor import LoadMonitor
+from sidecar.refusals import Reason
 from tests.unit.clock import Clock
 
 

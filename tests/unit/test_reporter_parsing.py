@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.dialects import MetricsUnreadable
-from sidecar.reporter import Settings, load_report
+from sidecar.loops.dialects import MetricsUnreadable
+from sidecar.loops.dialects.report import load_report
+from sidecar.operator.reporter import Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 

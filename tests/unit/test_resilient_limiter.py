@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import redis.asyncio as redis
 
-from sidecar.limiter.buckets import BucketSpec, Verdict
-from sidecar.limiter.resilient import LocalTokenBuckets, ResilientLimiter
+from sidecar.request.limiter.buckets import BucketSpec, Verdict
+from sidecar.request.limiter.resilient import LocalTokenBuckets, ResilientLimiter
 from tests.unit.clock import Clock
 
 pytestmark = pytest.mark.asyncio

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QueueConfig
-from sidecar.queueing.scheduler import Scheduler, Waiter
+from sidecar.request.queueing.scheduler import Scheduler, Waiter
 
 NO_AGING = QueueConfig(promote_after_seconds=1e9, promote_after_passed_over=10**9, p1_min_share=0.0)
 

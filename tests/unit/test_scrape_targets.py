@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.scrape.targets import Target, TargetsInvalid, endpoint, parse_targets
+from sidecar.loops.scrape.targets import Target, TargetsInvalid, endpoint, parse_targets
 
 
 def test_addresses_names_and_groups():

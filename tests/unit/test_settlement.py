@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from envoy.data.accesslog.v3 import accesslog_pb2
 
-from sidecar.completion.access_log import ExchangeEnd
-from sidecar.completion.settlement import settle
 from sidecar.config.base import Tier
-from sidecar.policy.cost import Charge, Reservation
+from sidecar.request.completion.access_log import ExchangeEnd
+from sidecar.request.completion.settlement import settle
+from sidecar.request.policy.cost import Charge, Reservation
 
 CHARGE = Charge(prompt_tokens=20, expected_output=200, weight=1.0, output_weight=1.0)
 

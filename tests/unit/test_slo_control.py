@@ -15,7 +15,7 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.config.slo_config import ControllerConfig
-from sidecar.slo.control import Compliance, adjust
+from sidecar.loops.slo.control import Compliance, adjust
 
 CONFIG = ControllerConfig()
 BASE = {tier: QosConfig().tiers[tier].share for tier in Tier}

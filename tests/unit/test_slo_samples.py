@@ -4,7 +4,7 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
-from sidecar.slo.samples import LATENCY, TTFT, Sample, compliance, met_target
+from sidecar.loops.slo.samples import LATENCY, TTFT, Sample, compliance, met_target
 
 
 def sample(age: float, met: bool) -> Sample:

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from sidecar.bodies.parsed import OutputLimit
-from sidecar.completion.usage import streamed_output_tokens
 from sidecar.config.schema import QosConfig
-from sidecar.openai_api.request import Endpoint
-from sidecar.policy.cost import price
+from sidecar.request.bodies.parsed import OutputLimit
+from sidecar.request.completion.usage import streamed_output_tokens
+from sidecar.request.openai_api.request import Endpoint
+from sidecar.request.policy.cost import price
 from sidecar.tooling.mockvllm.engine import _VOCABULARY
 from sidecar.tooling.mockvllm.openai_shapes import SSE_DONE, ResponseShaper
 

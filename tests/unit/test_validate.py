@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
-from sidecar.openai_api.validate import validate
+from sidecar.request.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
+from sidecar.request.openai_api.validate import validate
 
 USER = [{"role": "user", "content": "hi"}]
 

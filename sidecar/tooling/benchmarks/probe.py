@@ -16,7 +16,7 @@ import time
 
 import grpc
 
-from sidecar.extproc.client import ExtProcClient
+from sidecar.request.extproc.client import ExtProcClient
 from sidecar.tooling.benchmarks.report import percentile
 
 # A P2 batch request as the flash sale sends them (2 000 prompt tokens).

@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from sidecar.answers.sse import event
+from sidecar.request.answers.sse import event
 
 
 class ResponsesShaper:

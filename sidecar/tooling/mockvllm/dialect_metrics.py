@@ -1,5 +1,5 @@
 """The mock's load in other model servers' metric dialects (`mock-vllm --metrics-dialect`),
-named and labelled as each server's own exporter does (see sidecar/dialects/), so a
+named and labelled as each server's own exporter does (see sidecar/loops/dialects/), so a
 reporter can be tried against each without its GPU. Read from the engine at scrape time.
 """
 

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from sidecar.openai_api.request import Endpoint
+from sidecar.request.openai_api.request import Endpoint
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

@@ -15,13 +15,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sidecar import logs
-from sidecar.bodies.parsed import ParsedRequest
-from sidecar.bodies.read import read
 from sidecar.config.schema import MediaConfig
-from sidecar.openai_api.prompt import estimate_text_tokens
-from sidecar.openai_api.request import Endpoint, InvalidRequest
 from sidecar.options import setting
-from sidecar.policy.cost import prompt_tokens
+from sidecar.request.bodies.parsed import ParsedRequest
+from sidecar.request.bodies.read import read
+from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.openai_api.request import Endpoint, InvalidRequest
+from sidecar.request.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
 from sidecar.tooling.mockvllm.api_shapes import MessagesShaper, ResponsesShaper

@@ -1,0 +1,90 @@
+"""What an admission adds to its pool's load before the pods report it. Pure.
+
+Pods report every 100 to 250 ms; a burst inside one interval would otherwise be admitted
+against the last reading and run the KV cache past a watermark before the next report
+says so. So every admission is projected at once: the KV blocks vLLM gives its prompt
+when it schedules it (prompt + the first output token, in blocks of the pool's block
+size) and one request in flight. It counts until a report newer than it arrives from
+the pod it went to (as the load balancer spreads requests, a pod's share of it).
+Cluster-wide, the charge records it with the buckets (limiter/records.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sidecar.budget_layout import AdmittedLoad
+
+# A report received this soon after an admission may not show it yet (the request was
+# still on its way to the engine when the pod was scraped): it still counts.
+OVERLAP_SECONDS = 0.05
+# vLLM's default --block-size, for pods that do not report theirs.
+DEFAULT_BLOCK_SIZE = 16
+
+
+def admitted_load(
+    tier: str, pool: str, prompt_tokens: int, block_size: int, even_over_budget: bool = False
+) -> AdmittedLoad:
+    blocks = math.ceil((max(prompt_tokens, 0) + 1) / max(block_size, 1))
+    return AdmittedLoad(tier, pool, blocks, even_over_budget)
+
+
+@dataclass(frozen=True)
+class Recent:
+    """Admissions of one pool in one slot, as old as `age_seconds` (by their end)."""
+
+    age_seconds: float
+    blocks: float
+    requests: float
+
+
+@dataclass(frozen=True)
+class RecentAdmissions:
+    """One read of every tier's record: per pool, its slots; per tier, Redis's time (ms)
+    when its record was read."""
+
+    by_pool: dict[str, list[Recent]] = field(default_factory=dict)
+    read_ms: dict[str, int] = field(default_factory=dict)
+
+    def holds(self, tier: str, recorded_ms: int) -> bool:
+        """Whether an admission recorded at `recorded_ms` is in this read."""
+        return 0 < recorded_ms < self.read_ms.get(tier, 0)
+
+
+def unreported(recent: list[Recent], report_age_seconds: float) -> tuple[float, float]:
+    """Blocks and requests admitted since a report this old (with the overlap)."""
+    newer = [r for r in recent if r.age_seconds < report_age_seconds + OVERLAP_SECONDS]
+    return sum(r.blocks for r in newer), sum(r.requests for r in newer)
+
+
+class ProjectedAdmission:
+    """One admission's projected load, from its decision until the reports show it."""
+
+    def __init__(
+        self,
+        load: AdmittedLoad,
+        clock: Callable[[], float],
+        release: Callable[[ProjectedAdmission], None],
+    ) -> None:
+        self.load = load
+        self._clock = clock
+        self.at = clock()
+        self.confirmed_at: float | None = None
+        # When its budget call recorded it in Redis (Redis time, ms; 0: not recorded):
+        # from the first read after that, it is counted from there.
+        self.recorded_ms = 0
+        self.cancelled = False
+        self._release = release
+
+    def confirm(self, recorded_ms: int) -> None:
+        """Admitted; `recorded_ms`: when its budget call recorded it in Redis, or 0."""
+        if not self.cancelled:
+            self.confirmed_at, self.recorded_ms = self._clock(), recorded_ms
+
+    def cancel(self) -> None:
+        """Not admitted after all: it adds nothing."""
+        if not self.cancelled and self.confirmed_at is None:
+            self.cancelled = True
+            self._release(self)

@@ -1,0 +1,102 @@
+"""Which tiers to shed for overload, with hysteresis. Pure: no I/O.
+
+`SheddingState.update` runs each time the cluster load is refreshed (every ~100 ms), not
+per request; a request only reads the result. A tier starts shedding when a signal
+crosses its threshold and stops only once the signal is `hysteresis` back past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode
+from sidecar.config.pools import Pool
+from sidecar.config.schema import QosConfig, TierConfig
+from sidecar.config.store import Snapshot
+from sidecar.loops.overload.load import ClusterLoad
+from sidecar.refusals import Reason
+
+
+def _gate(active: bool, value: float, threshold: float, hysteresis: float, above: bool) -> bool:
+    """Shed while `value` is past `threshold` (above or below it), with hysteresis."""
+    if above:
+        return value > threshold - (hysteresis if active else 0.0)
+    return value < threshold + (hysteresis if active else 0.0)
+
+
+@dataclass
+class SheddingState:
+    """Per tier: the overload rule now shedding it, if any. The monitor keeps one over all
+    pods and one per pool (`pools`); a request reads its pool's."""
+
+    shedding: dict[Tier, Reason | None] = field(default_factory=lambda: dict.fromkeys(Tier))
+    load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
+    pools: dict[str, SheddingState] = field(default_factory=dict)
+
+    def for_pool(self, name: str) -> SheddingState:
+        return self.pools.get(name, self)
+
+    def capacity(self, pool: Pool) -> float:
+        """The pool's capacity in force: what its fresh pods say they prefill, else the
+        configured figure."""
+        return self.load.capacity_tokens_per_second or pool.capacity_tokens_per_second
+
+    def update(
+        self,
+        load: ClusterLoad,
+        config: QosConfig,
+        gateway_in_flight: int = 0,
+        pool: Pool | None = None,
+    ) -> None:
+        """`gateway_in_flight`: requests the sidecars hold slots for, cluster-wide; the
+        in-flight rule uses it or the engines' own count, whichever is higher. `pool`: the
+        pool whose thresholds and limit apply (default: the top-level ones)."""
+        self.load = load
+        in_flight = max(load.in_flight, gateway_in_flight)
+        tiers = pool.tiers if pool else config.tiers
+        max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
+        for tier in Tier:
+            self.shedding[tier] = self._rule(
+                tiers[tier], tier, load, in_flight / max_concurrency, config, self.shedding[tier]
+            )
+
+    @staticmethod
+    def _rule(
+        tier_config: TierConfig,
+        tier: Tier,
+        load: ClusterLoad,
+        in_flight: float,
+        config: QosConfig,
+        was: Reason | None,
+    ) -> Reason | None:
+        hysteresis = config.overload.hysteresis
+        if not load.known:
+            return Reason.SHED_NO_REPORTS if tier in config.overload.shed_without_reports else None
+        # The hard maximum itself is not a shedding rule: at it, requests wait in the
+        # admission queue for a slot (P0 first) rather than being refused.
+        threshold = tier_config.shed_below_free_kv
+        if (
+            threshold is not None
+            and load.free_kv_ratio is not None
+            and _gate(
+                was is Reason.SHED_KV_WATERMARK, load.free_kv_ratio, threshold, hysteresis, False
+            )
+        ):
+            return Reason.SHED_KV_WATERMARK
+        threshold = tier_config.shed_above_inflight
+        if threshold is not None and _gate(
+            was is Reason.SHED_INFLIGHT, in_flight, threshold, hysteresis, True
+        ):
+            return Reason.SHED_INFLIGHT
+        return None
+
+
+def overload_refusal(tier: Tier, snapshot: Snapshot, state: SheddingState) -> Reason | None:
+    """Why `tier` is shed before any budget is asked for, or None to go on."""
+    mode = snapshot.mode
+    if mode.mode is Mode.CORE_ONLY and tier is not Tier.P0:
+        return Reason.SHED_CORE_ONLY
+    if tier in mode.force_shed:
+        return Reason.SHED_FORCED
+    return state.shedding[tier]

@@ -1,0 +1,87 @@
+"""`qos-sidecar mode get|set|shed|unshed|log`: the operator's switches, in force within 1 s.
+
+mode set core-only      only P0 is admitted (the brief's "protect transactions only")
+mode set shadow         every decision is made and counted, nothing is refused
+mode set normal         back to normal
+mode shed p2            shed a tier outright, whatever the load; `unshed` ends it
+mode log                the last switches: what, by whom, how and when
+
+Every switch is recorded with who made it (--by, by default user@host) and when.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import socket
+
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode, OperatorMode
+from sidecar.config.store import ConfigStore
+from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
+from sidecar.operator.commands.common import add_redis_argument, run_with_store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True)
+    get = actions.add_parser("get", help="print the mode, the tiers shed by hand, the last switch")
+    get.set_defaults(run=lambda args: run_with_store(args, _get))
+    log = actions.add_parser("log", help="print the last switches, newest first")
+    log.add_argument("--count", type=int, default=20)
+    log.set_defaults(run=lambda args: run_with_store(args, _log))
+    change = actions.add_parser("set", help="switch the mode on every sidecar")
+    change.add_argument("mode", choices=[m.value for m in Mode])
+    change.set_defaults(
+        run=lambda args: run_with_store(
+            args, lambda store, a: _switch(store, a, lambda m: switch_mode(m, Mode(a.mode)))
+        )
+    )
+    shed = actions.add_parser("shed", help="shed a tier outright")
+    unshed = actions.add_parser("unshed", help="stop shedding a tier by hand")
+    for sub, shedding in ((shed, True), (unshed, False)):
+        sub.add_argument("tier", choices=[t.value for t in Tier])
+        sub.set_defaults(
+            run=lambda args, shedding=shedding: run_with_store(
+                args,
+                lambda store, a: _switch(
+                    store, a, lambda m: switch_shed(m, Tier(a.tier), shedding)
+                ),
+            )
+        )
+    for sub in (change, shed, unshed):
+        sub.add_argument(
+            "--by", default=_who(), help="who switches, as recorded (default: %(default)s)"
+        )
+    for sub in (get, log, change, shed, unshed):
+        add_redis_argument(sub)
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _describe(mode: OperatorMode) -> str:
+    shed = ",".join(sorted(t.value for t in mode.force_shed)) or "none"
+    return f"mode: {mode.mode.value}\nforce-shed: {shed}"
+
+
+async def _get(store: ConfigStore, _args: argparse.Namespace) -> None:
+    last = await store.mode_changes(1)
+    print(_describe((await store.load()).mode))
+    print(f"last switch: {last[0].describe() if last else 'none recorded'}")
+
+
+async def _log(store: ConfigStore, args: argparse.Namespace) -> None:
+    for change in await store.mode_changes(args.count):
+        print(change.describe())
+
+
+async def _switch(store: ConfigStore, args: argparse.Namespace, switch) -> None:
+    changed, what = switch((await store.load()).mode)
+    by = clean_name(args.by) or _who()
+    version = await store.save_mode(changed, ModeChange(what, by, "cli"))
+    print(f"{_describe(changed)}\n(version {version})")

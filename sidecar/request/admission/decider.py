@@ -1,0 +1,307 @@
+"""Admission: identity → tier, body checks and guards, overload, budget, slot → decision.
+
+route ─▶ identify ─▶ read the body ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call)
+                                                              │ short: wait for it, or shed
+                                                              ▼
+                                         slot free? ─▶ admit │ else wait in the queue
+
+Beside it: request.py (the request as it goes through), budgets.py (the buckets it is
+charged to), budget_wait.py (waiting for a bucket to refill), refunds.py (budget given
+back), tagging.py (what an admitted request carries upstream), reading.py (what the
+client sent and the sidecar cannot read), sampling.py (which responses are timed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import redis.asyncio as redis
+
+from sidecar import redis_errors
+from sidecar.budget_layout import AdmittedLoad
+from sidecar.config.base import Tier
+from sidecar.config.operator_state import Mode
+from sidecar.config.pools import Pool
+from sidecar.config.schema import TierConfig
+from sidecar.config.store import Snapshot
+from sidecar.loops.overload.admitted import ProjectedAdmission
+from sidecar.loops.overload.shedding import SheddingState, overload_refusal
+from sidecar.refusals import Reason, Refusal
+from sidecar.request.admission.budget_wait import BudgetWaiters
+from sidecar.request.admission.budgets import budget_buckets, budget_reason, too_big, waiting_key
+from sidecar.request.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.request.admission.reading import client_input, upgrades
+from sidecar.request.admission.refunds import BucketLevels, Refunds
+from sidecar.request.admission.request import AdmissionRequest, charged, pool_for
+from sidecar.request.admission.sampling import ResponseSampler
+from sidecar.request.admission.tagging import admit, shadowed
+from sidecar.request.bodies.parsed import ResponseShape
+from sidecar.request.bodies.read import read
+from sidecar.request.limiter.buckets import BucketSpec, Limiter, Owner, Verdict
+from sidecar.request.openai_api.prompt import TextCounter
+from sidecar.request.policy.cost import price, prompt_tokens
+from sidecar.request.policy.decision import (
+    Admit,
+    Admitted,
+    Decision,
+    Final,
+    Hold,
+    RequestView,
+    Respond,
+)
+from sidecar.request.policy.guards import apply_guards
+from sidecar.request.policy.responses import respond
+from sidecar.request.queueing.queue import AdmissionQueue, QueueFull
+from sidecar.routes.kinds import RouteKind
+
+log = logging.getLogger(__name__)
+
+
+class Projection(Protocol):
+    def project(
+        self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
+    ) -> ProjectedAdmission | None: ...
+
+
+class AdmissionDecider:
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],  # the configuration in force
+        identity: IdentityResolver,
+        limiter: Limiter,
+        count_text: TextCounter,
+        shedding: Callable[[], SheddingState] = SheddingState,
+        queue: AdmissionQueue | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sample: Callable[[], float] = random.random,
+        projection: Projection | None = None,  # admissions' load before pods report it
+    ) -> None:
+        self._projection = projection
+        self._snapshot = snapshot
+        self._identity = identity
+        self._limiter = limiter
+        self._count_text = count_text
+        self._shedding = shedding
+        self._queue = queue
+        self._clock = clock
+        self._budget_waiters = BudgetWaiters(clock)
+        self._sampler = ResponseSampler(snapshot, clock, sample)
+        self.bucket_levels: BucketLevels = {}
+        self._refunds = Refunds(limiter, self.bucket_levels)
+        self.give_back = self._refunds.give_back
+
+    def watch_response(self) -> bool:
+        return self._sampler.watch()
+
+    async def decide(self, request: RequestView) -> Decision:
+        snapshot = self._snapshot()
+        decision = await self._decide(request, snapshot)
+        if isinstance(decision, Respond) and snapshot.mode.mode is Mode.SHADOW:
+            return shadowed(request, decision, snapshot.config.identity.default_tier.value)
+        return decision
+
+    async def _decide(self, request: RequestView, snapshot: Snapshot) -> Decision:
+        shape: ResponseShape | None = None
+        tier_config: TierConfig | None = None
+        identity: Identity | None = None
+        pool: Pool | None = None
+        try:
+            route = snapshot.routes.resolve(request.method, request.path, upgrades(request))
+            shape = ResponseShape(route.kind.api)
+            identity = await self._resolve(request, snapshot)
+            tier_config = snapshot.config.tiers[identity.tier]
+            if route.kind is RouteKind.PASS:
+                return admit(request, identity)  # no GPU work: tagged, not charged
+            if route.kind is RouteKind.REFUSE:
+                raise Refusal(
+                    Reason.ROUTE_NOT_FOUND,
+                    f"This gateway serves no {request.method} {route.path}.",
+                )
+            with client_input(request):
+                parsed = read(route, request.body or b"", request.headers)
+            shape = parsed.shape
+            pool = pool_for(snapshot, parsed.model)
+            tier_config = pool.tiers[identity.tier]
+            with client_input(request):
+                tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
+                guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
+                cost = price(tier_config, tokens, parsed.output)
+            admission = AdmissionRequest(request, snapshot, identity, parsed, guarded, pool, cost)
+            return charged(await self._admit_completion(admission), admission)
+        except Refusal as refusal:
+            tier_name = identity.tier.value if identity else ""
+            answer = respond(refusal, shape, tier_config, tier_name)
+            return dataclasses.replace(answer, pool=pool.name) if pool else answer
+
+    async def _resolve(self, request: RequestView, snapshot: Snapshot) -> Identity:
+        try:
+            return await self._identity.resolve(request.headers, snapshot)
+        except Unauthenticated:
+            raise Refusal(
+                Reason.UNAUTHENTICATED,
+                "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
+            ) from None
+
+    async def _admit_completion(self, request: AdmissionRequest) -> Decision:
+        pool_state = self._shedding().for_pool(request.pool.name)
+        overload = overload_refusal(request.tier, request.snapshot, pool_state)
+        if overload is not None:  # decided without Redis
+            return request.refuse(overload)
+        capacity = pool_state.capacity(request.pool)  # follows the pods that say theirs
+        buckets = budget_buckets(request.snapshot, request.identity, request.pool, capacity)
+        request = request.within(buckets)
+        projected = self._project(request)  # counts in the pool's load until confirmed or not
+        try:
+            return await self._take_budget(request, buckets, projected)
+        finally:
+            if projected is not None:
+                projected.cancel()  # not admitted (a no-op when it was confirmed)
+
+    async def _take_budget(
+        self,
+        request: AdmissionRequest,
+        buckets: list[BucketSpec],
+        projected: ProjectedAdmission | None,
+    ) -> Decision:
+        """Take the request's cost from its budgets (one Redis call), then a slot."""
+        cost = request.charge.reserved
+        try:
+            verdict = await self._limiter.acquire(cost, buckets, _load_of(projected))
+            self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
+        except redis.RedisError as error:
+            redis_errors.note("limiter")
+            # Budgets are shared through Redis; without it, admit rather than refuse all.
+            log.warning("limiter unavailable, admitting: %s", error)
+            _confirm(projected, recorded_ms=0)
+            return await self._take_slot(request, Admitted.LIMITER_UNAVAILABLE)
+        if verdict.allowed:
+            _confirm(projected, verdict.recorded_ms)
+            return await self._take_slot(request.reserved(buckets))
+        refused = verdict.refused or buckets[0]
+        if verdict.retry_after is None:
+            raise too_big(request.identity, cost, refused)
+        if refused.owner is Owner.TENANT:
+            raise Refusal(
+                Reason.TENANT_RATE_LIMITED,
+                f"Rate limit reached for tenant {request.identity.tenant_label}.",
+                retry_after=verdict.retry_after,
+            )
+        if not request.tier_config.sheddable:
+            _confirm(projected, verdict.recorded_ms)
+            return await self._take_slot(request, Admitted.OVER_BUDGET)
+        max_wait = request.tier_config.max_queue_wait_seconds
+        waiting = waiting_key(refused)
+        ahead = self._budget_waiters.ahead(waiting, refused.rate)
+        if self._queue is not None and verdict.retry_after + ahead <= max_wait:
+            return Hold(
+                lambda: self._wait_for_budget(request, waiting, buckets, verdict),
+                max_wait,
+                tier=request.tier.value,
+            )
+        return request.refuse(budget_reason(verdict))
+
+    def _project(self, request: AdmissionRequest) -> ProjectedAdmission | None:
+        if self._projection is None:
+            return None
+        return self._projection.project(
+            request.tier,
+            request.pool,
+            request.charge.prompt_tokens,
+            even_over_budget=not request.tier_config.sheddable,
+        )
+
+    async def _wait_for_budget(
+        self, request: AdmissionRequest, key: str, buckets: list[BucketSpec], verdict: Verdict
+    ) -> Final:
+        """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
+        started = self._clock()
+        deadline = started + request.tier_config.max_queue_wait_seconds
+        cost = request.charge.reserved
+
+        async def ask() -> Verdict:
+            projected = self._project(request)  # counts in the pool's load while it asks
+            try:
+                answer = await self._limiter.acquire(cost, buckets, _load_of(projected))
+                if answer.allowed:
+                    _confirm(projected, answer.recorded_ms)
+                return answer
+            finally:
+                if projected is not None:
+                    projected.cancel()  # a no-op once confirmed
+
+        verdict = await self._budget_waiters.wait(cost, key, verdict, deadline, ask)
+        if not verdict.allowed:
+            return request.refuse(budget_reason(verdict))
+        return await self._wait_for_slot(
+            request.reserved(buckets), deadline - self._clock(), started
+        )
+
+    async def _take_slot(
+        self, request: AdmissionRequest, reason: Admitted = Admitted.ADMITTED
+    ) -> Decision:
+        if self._queue is None:
+            return admit(
+                request.view, request.identity, request.engine(), reason, pool=request.pool
+            )
+        stream = request.parsed.stream
+        slot = self._queue.try_take(
+            request.tier, request.identity.tenant_label, stream, request.pool, request.reservation
+        )
+        if slot is not None:
+            return self._admit_with_slot(request, reason, slot.id, 0.0)
+        max_wait = request.tier_config.max_queue_wait_seconds
+        return Hold(
+            lambda: self._wait_for_slot(request, max_wait, self._clock(), reason),
+            max_wait,
+            tier=request.tier.value,
+        )
+
+    async def _wait_for_slot(
+        self,
+        request: AdmissionRequest,
+        max_wait: float,
+        started: float,
+        reason: Admitted = Admitted.ADMITTED,
+    ) -> Final:
+        assert self._queue is not None
+        try:
+            slot = await self._queue.wait(
+                request.tier,
+                request.identity.tenant_label,
+                max_wait,
+                request.parsed.stream,
+                request.pool,
+                request.reservation,
+            )
+        except QueueFull:
+            self._refunds.give_all_back(request.reservation)
+            return request.refuse(Reason.SHED_QUEUE_FULL)
+        if slot is None:
+            self._refunds.give_all_back(request.reservation)
+            return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
+        return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
+
+    def _admit_with_slot(
+        self, request: AdmissionRequest, reason: Admitted, slot: str, waited: float
+    ) -> Admit:
+        admitted = admit(
+            request.view, request.identity, request.engine(), reason, slot, waited, request.pool
+        )
+        if request.parsed.stream and request.view.response_watched:
+            # Time this stream's first token: its response body will be watched.
+            return dataclasses.replace(admitted, time_first_byte=True)
+        return admitted
+
+
+def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:
+    if projected is not None:
+        projected.confirm(recorded_ms)
+
+
+def _load_of(projected: ProjectedAdmission | None) -> AdmittedLoad | None:
+    return projected.load if projected is not None else None

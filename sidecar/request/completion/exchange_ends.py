@@ -1,0 +1,111 @@
+"""What the end of an admitted exchange does: its slot given back, what it reserved
+settled against what it used, and its latency sampled for the SLO controller. Fed by
+Envoy's access log, by the ext_proc stream's end, and by a sibling worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from sidecar.config.base import Tier
+from sidecar.config.pools import DEFAULT_POOL
+from sidecar.config.store import Snapshot
+from sidecar.loops.slo.samples import LATENCY, TTFT, SampleRecorder
+from sidecar.metrics import SidecarMetrics
+from sidecar.request.completion.access_log import ExchangeEnd
+from sidecar.request.completion.settlement import settle
+from sidecar.request.policy.cost import Reservation
+from sidecar.request.policy.decision import Admit
+from sidecar.request.queueing.queue import AdmissionQueue
+from sidecar.request.queueing.slots import Slot
+
+# How long after an exchange's ext_proc stream ends its slot waits for the access log.
+UNLOGGED_GRACE_SECONDS = 1.0
+
+GiveBack = Callable[[Reservation, float], None]
+FirstToken = Callable[[Tier, str, float], None]
+
+
+class ExchangeEnds:
+    def __init__(
+        self,
+        queue: AdmissionQueue,
+        metrics: SidecarMetrics,
+        samples: SampleRecorder,
+        snapshot: Callable[[], Snapshot],
+        give_back: GiveBack | None,  # None: nothing is ever reserved (QoS off)
+        first_token: FirstToken,
+    ) -> None:
+        self._queue = queue
+        self._metrics = metrics
+        self._samples = samples
+        self._snapshot = snapshot
+        self._give_back = give_back
+        self._first_token = first_token
+        # Where an end this worker holds no slot for goes: its sibling workers.
+        self.forward: Callable[[ExchangeEnd], object] | None = None
+
+    def ended(self, end: ExchangeEnd) -> None:
+        slot = self._queue.release(end.slot)
+        if slot is None:
+            if self.forward is not None:
+                self.forward(end)  # another worker's exchange
+            return
+        if slot.reservation is not None:
+            self._settle(slot, slot.reservation, end)
+        how = _how(end)
+        self._metrics.exchange_ends.labels(slot.tier.value, how).inc()
+        # A whole answer's SLO is its total time; a streamed one's is its first token's.
+        if not slot.stream and how != "client_gone" and end.seconds_total is not None:
+            self._samples.record(
+                slot.tier,
+                LATENCY,
+                end.seconds_total,
+                failed=end.status >= 500 or how != "completed",
+                pool=self._snapshot().pools.get(slot.pool),
+            )
+
+    def first_byte(self, admitted: Admit, seconds: float) -> None:
+        if admitted.tier:
+            pool = self._snapshot().pools.get(admitted.pool)
+            self._samples.record(Tier(admitted.tier), TTFT, seconds, pool=pool)
+            self._first_token(Tier(admitted.tier), admitted.pool or DEFAULT_POOL, seconds)
+
+    def stream_ended(self, slot: str) -> None:
+        # The access log normally gives the slot back, with the exchange's outcome and
+        # timings; give it a moment to. What it never names (the client left before
+        # Envoy applied the decision) is given back here.
+        asyncio.get_running_loop().call_later(UNLOGGED_GRACE_SECONDS, self._unlogged_end, slot)
+
+    def _unlogged_end(self, slot: str) -> None:
+        released = self._queue.release(slot)
+        if released is not None:
+            self._metrics.exchange_ends.labels(released.tier.value, "before_response").inc()
+
+    def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
+        """Give the buckets back what the request did not use, or take what it owes."""
+        settled = settle(slot.stream, reservation, end)
+        if settled is None:
+            return
+        if settled.estimate_error is not None:
+            self._metrics.estimate_error.observe(settled.estimate_error)
+        if self._give_back is not None:
+            self._give_back(reservation, -settled.difference)
+        tier = slot.tier.value
+        self._metrics.output_reserved.labels(tier).inc(reservation.charge.expected_output)
+        self._metrics.output_settled.labels(tier, settled.source).inc(settled.output)
+
+
+def _how(end: ExchangeEnd) -> str:
+    flags = end.response_flags
+    if flags.downstream_connection_termination or flags.downstream_remote_reset:
+        return "client_gone"
+    if (
+        flags.upstream_connection_failure
+        or flags.upstream_remote_reset
+        or flags.no_healthy_upstream
+    ):
+        return "upstream_failed"
+    if flags.upstream_request_timeout or flags.stream_idle_timeout:
+        return "timed_out"
+    return "completed"

@@ -1,0 +1,210 @@
+"""One HTTP exchange as Envoy streams it to us: an explicit state machine.
+
+    REQUEST_HEADERS ──(end_of_stream)──────────────┐
+          │                                         ▼
+          └──▶ REQUEST_BODY ──(end_of_stream)──▶ decide ──Respond──▶ DONE
+                                                 │    ▲
+                                               Admit  └── Hold: tell Envoy to wait,
+                                                 ▼         then Admit or Respond
+                           RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
+
+The decision is taken once, when the whole request is known: at the headers when the
+request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
+phases only for the sample of exchanges the sidecar asks for at the request headers
+(mode_override), to time their first token; once it has come, the sidecar closes the
+stream and Envoy sends the rest of the answer on without it. The others cost no round
+trip after the decision; every exchange's end is learnt from the access log. A held
+request is answered twice: first with override_message_timeout (so Envoy waits past its
+message timeout), then with the final decision. Any message that does not fit the
+current phase is a protocol error: the processing mode in Envoy's config does not match
+this sidecar's.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
+from sidecar.request.extproc import messages
+from sidecar.request.policy.decision import (
+    Admit,
+    Admitted,
+    Decider,
+    Decision,
+    Final,
+    Hold,
+    RequestView,
+)
+
+log = logging.getLogger(__name__)
+
+# Envoy is told to wait this much longer than the hold itself, for the final answer.
+HOLD_MARGIN_SECONDS = 1.0
+
+
+class Phase(enum.Enum):
+    REQUEST_HEADERS = "request_headers"
+    REQUEST_BODY = "request_body"
+    RESPONSE_HEADERS = "response_headers"
+    RESPONSE_BODY = "response_body"
+    DONE = "done"
+
+
+class ProtocolError(Exception):
+    """Envoy sent a message the current phase does not allow."""
+
+
+# Sends one response to Envoy (the stream's write): coroutines, not async generators, all
+# the way down, as an async generator costs its loop a registration of its own.
+Send = Callable[[ext_proc.ProcessingResponse], Awaitable[object]]
+
+
+class Exchange:
+    def __init__(
+        self,
+        decider: Decider,
+        on_decision: Callable[[Final, float], None] | None = None,
+        on_first_byte: Callable[[Admit, float], None] | None = None,
+    ) -> None:
+        self._decider = decider
+        self._on_decision = on_decision
+        self._on_first_byte = on_first_byte
+        self.started = time.monotonic()  # the stream opens as the request arrives
+        self.first_byte_after: float | None = None
+        self.phase = Phase.REQUEST_HEADERS
+        self.request_headers: dict[str, str] = {}
+        self.response_status: int | None = None
+        self.response_watched = False  # Envoy was asked for the response headers
+        self.decision: Final | None = None
+        self.decision_seconds: float | None = None
+        self._body = bytearray()
+
+    async def answer(self, message: ext_proc.ProcessingRequest, send: Send) -> None:
+        """Send the responses to one message from Envoy: one, or two for a held request."""
+        kind = message.WhichOneof("request")
+        handler = _HANDLERS.get((self.phase, kind))
+        if handler is None:
+            raise ProtocolError(f"{kind} is not expected in phase {self.phase.value}")
+        await handler(self, getattr(message, kind), send)
+
+    async def handle(self, message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:
+        """The final response to one message (a held request's wait included)."""
+        answers: list[ext_proc.ProcessingResponse] = []
+
+        async def keep(answer: ext_proc.ProcessingResponse) -> None:
+            answers.append(answer)
+
+        await self.answer(message, keep)
+        return answers[-1]
+
+    @property
+    def method(self) -> str:
+        return self.request_headers.get(":method", "")
+
+    @property
+    def path(self) -> str:
+        return self.request_headers.get(":path", "")
+
+    @property
+    def admitted(self) -> Admit | None:
+        return self.decision if isinstance(self.decision, Admit) else None
+
+    async def _on_request_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
+        self.request_headers = messages.header_dict(headers)
+        if headers.end_of_stream:
+            await self._decide("request_headers", None, send)
+            return
+        self.phase = Phase.REQUEST_BODY
+        # Responses are not sent by default (a round trip each): ask for a sample.
+        self.response_watched = self._decider.watch_response()
+        if self.response_watched:
+            await send(messages.watch_response_message())
+        else:
+            await send(messages.continue_message("request_headers"))
+
+    async def _on_request_body(self, body: ext_proc.HttpBody, send: Send) -> None:
+        self._body += body.body
+        if not body.end_of_stream:  # STREAMED mode: keep collecting
+            await send(messages.continue_message("request_body"))
+            return
+        await self._decide("request_body", bytes(self._body), send)
+
+    async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
+        # Trailers end a body that had no end_of_stream: the request is complete.
+        async def as_trailers(answer: ext_proc.ProcessingResponse) -> None:
+            if answer.WhichOneof("response") == "request_body":
+                answer = messages.continue_message("request_trailers")
+            await send(answer)
+
+        await self._decide("request_body", bytes(self._body), as_trailers)
+
+    async def _on_response_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
+        status = messages.header_dict(headers).get(":status", "")
+        self.response_status = int(status) if status.isdigit() else None
+        self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
+        admitted = self.admitted
+        if admitted and admitted.time_first_byte and self.phase is Phase.RESPONSE_BODY:
+            await send(messages.watch_body_message())
+        else:
+            await send(messages.continue_message("response_headers"))
+
+    async def _on_response_body(self, body: ext_proc.HttpBody, send: Send) -> None:
+        if body.body and self.first_byte_after is None:
+            # Time to first token, as the client sees it: queue, prefill, first chunk.
+            self.first_byte_after = time.monotonic() - self.started
+            if self._on_first_byte is not None and self.admitted is not None:
+                self._on_first_byte(self.admitted, self.first_byte_after)
+        # Timed: the rest of the stream is none of our business. Done, the stream to Envoy
+        # closes after this answer and Envoy sends the other chunks on without us (each
+        # would cost a message); the access log still tells the exchange's end.
+        if body.end_of_stream or self.first_byte_after is not None:
+            self.phase = Phase.DONE
+        await send(messages.continue_message("response_body"))
+
+    async def _on_response_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
+        self.phase = Phase.DONE
+        await send(messages.continue_message("response_trailers"))
+
+    async def _decide(self, kind: str, body: bytes | None, send: Send) -> None:
+        view = RequestView(
+            self.method, self.path, self.request_headers, body, self.response_watched
+        )
+        started = time.perf_counter()
+        decision = await self._ask(self._decider.decide, view)
+        if isinstance(decision, Hold):
+            await send(messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS))
+            decision = await self._ask(decision.resume)
+        assert not isinstance(decision, Hold)
+        self.decision = decision
+        self.decision_seconds = time.perf_counter() - started
+        if self._on_decision is not None:
+            self._on_decision(decision, self.decision_seconds)
+        if isinstance(decision, Admit):
+            self.phase = Phase.RESPONSE_HEADERS
+            await send(messages.admit_message(kind, decision))
+        else:
+            self.phase = Phase.DONE
+            await send(messages.immediate_message(decision))
+
+    async def _ask(self, decide: Callable[..., Awaitable[Decision]], *args: object) -> Decision:
+        try:
+            return await decide(*args)
+        except Exception:
+            # A fault of ours must not cost the client its request: fail open, as Envoy's
+            # failure_mode_allow does when the sidecar is unreachable.
+            log.exception("decider failed; admitting", extra={"path": self.path})
+            return Admit(reason=Admitted.DECIDER_ERROR)
+
+
+_HANDLERS = {
+    (Phase.REQUEST_HEADERS, "request_headers"): Exchange._on_request_headers,
+    (Phase.REQUEST_BODY, "request_body"): Exchange._on_request_body,
+    (Phase.REQUEST_BODY, "request_trailers"): Exchange._on_request_trailers,
+    (Phase.RESPONSE_HEADERS, "response_headers"): Exchange._on_response_headers,
+    (Phase.RESPONSE_BODY, "response_body"): Exchange._on_response_body,
+    (Phase.RESPONSE_BODY, "response_trailers"): Exchange._on_response_trailers,
+}

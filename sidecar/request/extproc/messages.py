@@ -1,0 +1,112 @@
+"""Reading Envoy's ext_proc messages and building the answers to them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+from envoy.type.v3 import http_status_pb2
+
+from sidecar.request.policy.decision import Admit, Respond
+
+# Each kind of ProcessingRequest must be answered with the same kind of response.
+_RESPONSE_TYPES = {
+    "request_headers": ext_proc.HeadersResponse,
+    "response_headers": ext_proc.HeadersResponse,
+    "request_body": ext_proc.BodyResponse,
+    "response_body": ext_proc.BodyResponse,
+    "request_trailers": ext_proc.TrailersResponse,
+    "response_trailers": ext_proc.TrailersResponse,
+}
+
+
+def header_dict(headers: ext_proc.HttpHeaders) -> dict[str, str]:
+    """Header names lower-cased; repeated headers joined with ', ' as HTTP allows."""
+    result: dict[str, str] = {}
+    for header in headers.headers.headers:
+        # Envoy sends raw_value (bytes) by default; value only under an old runtime flag.
+        value = header.raw_value.decode("utf-8", "replace") if header.raw_value else header.value
+        name = header.key.lower()
+        result[name] = f"{result[name]}, {value}" if name in result else value
+    return result
+
+
+def header_mutation(
+    set_headers: Mapping[str, str], remove_headers: Iterable[str] = ()
+) -> ext_proc.HeaderMutation:
+    return ext_proc.HeaderMutation(
+        set_headers=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key=name, raw_value=value.encode()),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+            for name, value in set_headers.items()
+        ],
+        remove_headers=list(remove_headers),
+    )
+
+
+def continue_message(kind: str) -> ext_proc.ProcessingResponse:
+    """Let the message of this kind through unchanged."""
+    return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind]()})
+
+
+def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
+    """Continue, applying the decision's header and body changes."""
+    set_headers = dict(admit.set_headers)
+    common = ext_proc.CommonResponse()
+    if admit.replace_body is not None:
+        common.body_mutation.body = admit.replace_body
+        set_headers["content-length"] = str(len(admit.replace_body))
+    if set_headers or admit.remove_headers:
+        common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
+        # Envoy picked the route before asking us; a header it routes on has changed.
+        common.clear_route_cache = admit.reroute
+    return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
+
+
+def watch_response_message() -> ext_proc.ProcessingResponse:
+    """Continue the request headers, and send this exchange's response headers too (the
+    filter's config skips them); the request body stays BUFFERED. Needs allow_mode_override."""
+    return ext_proc.ProcessingResponse(
+        request_headers=ext_proc.HeadersResponse(),
+        mode_override=processing_mode_pb2.ProcessingMode(
+            request_body_mode=processing_mode_pb2.ProcessingMode.BUFFERED,
+            response_header_mode=processing_mode_pb2.ProcessingMode.SEND,
+            response_body_mode=processing_mode_pb2.ProcessingMode.NONE,
+        ),
+    )
+
+
+def watch_body_message() -> ext_proc.ProcessingResponse:
+    """Continue the response headers, and send this response's body chunks too (to time
+    the first token); needs allow_mode_override in the filter config."""
+    return ext_proc.ProcessingResponse(
+        response_headers=ext_proc.HeadersResponse(),
+        mode_override=processing_mode_pb2.ProcessingMode(
+            response_body_mode=processing_mode_pb2.ProcessingMode.STREAMED
+        ),
+    )
+
+
+def hold_message(seconds: float) -> ext_proc.ProcessingResponse:
+    """Ask Envoy to wait this long for the answer to the current message (the request is
+    queued); Envoy caps it at the filter's max_message_timeout."""
+    response = ext_proc.ProcessingResponse()
+    response.override_message_timeout.FromTimedelta(timedelta(seconds=seconds))
+    return response
+
+
+def immediate_message(respond: Respond) -> ext_proc.ProcessingResponse:
+    """Answer the client from here; Envoy sends nothing upstream."""
+    return ext_proc.ProcessingResponse(
+        immediate_response=ext_proc.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=respond.status),
+            headers=header_mutation(respond.headers),
+            body=respond.body,
+            details=f"qos_{respond.reason}",
+        )
+    )

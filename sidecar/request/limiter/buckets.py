@@ -1,0 +1,82 @@
+"""Token buckets: what a limiter is asked, what it answers, and how buckets are named."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sidecar.budget_layout import AdmittedLoad
+
+
+@dataclass(frozen=True)
+class FairShare:
+    """Who asks a tier's bucket, for the tier's fair shares between its tenants: while
+    the bucket is below `reserve` tokens, a tenant served more than its share of the
+    tier's rate over the last `window_seconds` may not take it lower (docs/fair-shares.md)."""
+
+    state_key: str  # hash: per tenant what it was served and refused, decayed
+    active_key: str  # sorted set: tenant by when it last asked (Redis ms)
+    tenant: str
+    weight: float
+    window_seconds: float
+    active_seconds: float
+    reserve: float  # tokens
+
+
+class Owner(enum.Enum):
+    """Whose budget a bucket is: what a refusal by it tells the client and the operator."""
+
+    TIER = "tier"  # the tier's in a pool, shared by its tenants
+    TENANT = "tenant"  # one tenant's own
+    SAMPLES = "samples"  # the sidecar's own: how many responses it times
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    key: str
+    rate: float  # tokens a second
+    burst: float  # tokens
+    fair: FairShare | None = None  # a tier's bucket shared fairly by its tenants
+    # How deep a settlement may take it below zero, in tokens (None: one burst). A
+    # request reserves at most a burst; what its answer cost beyond is owed here.
+    debt: float | None = None
+    owner: Owner = Owner.TIER
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0 or self.burst <= 0:
+            raise ValueError(f"bucket {self.key}: rate and burst must be positive")
+
+    @property
+    def max_debt(self) -> float:
+        return self.burst if self.debt is None else max(self.burst, self.debt)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    refused: BucketSpec | None = None  # the bucket that refused it (the longest wait)
+    retry_after: float | None = None  # seconds; None when waiting can never help
+    remaining: float = 0.0  # tokens left in the first bucket
+    # Refused because the tenant is over its fair share of the contended tier: the rest
+    # of the bucket is kept for the tier's other tenants (the refusal is this tenant's).
+    over_fair_share: bool = False
+    # When the admission's load was recorded with the shared buckets (Redis time, ms);
+    # 0: not recorded.
+    recorded_ms: int = 0
+
+
+class Limiter(Protocol):
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
+        """Take `cost` from every bucket, or from none; with `load`, record what the
+        admission adds to its pool's load where every sidecar sees it (if it can)."""
+        ...
+
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
+        """Give `delta` back to every bucket (negative: take it, into debt down to minus
+        its max_debt): a finished request's real cost against what it reserved. Returns
+        the first bucket's level after it (None when not known)."""
+        ...

@@ -1,0 +1,108 @@
+"""Token buckets in Redis, taken by one atomic Lua script per decision."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+
+import redis.asyncio as redis
+
+from sidecar.budget_layout import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, tier_bucket_key
+from sidecar.config.base import Tier
+from sidecar.redis_multiplexed import MultiplexedRedis
+from sidecar.request.limiter.buckets import BucketSpec, FairShare, Verdict
+
+_LUA = resources.files("sidecar.request.limiter")
+
+
+def _joined(*names: str) -> str:
+    """One script of the Lua files, in order: each defines what the later ones use."""
+    return "\n".join(_LUA.joinpath(name).read_text() for name in names)
+
+
+# The bucket's arithmetic and the argument protocol first, then what the script uses.
+SCRIPT = _joined(
+    "bucket_level.lua",
+    "arguments.lua",
+    "fair_entry.lua",
+    "fair_share.lua",
+    "admission_record.lua",
+    "token_bucket.lua",
+)
+SETTLE = _joined("bucket_level.lua", "arguments.lua", "fair_entry.lua", "settle.lua")
+
+
+class RedisTokenBuckets:
+    """EVALSHA, reloading the script on NOSCRIPT (restart, failover, SCRIPT FLUSH)."""
+
+    def __init__(self, client: redis.Redis, calls: MultiplexedRedis | None = None) -> None:
+        # Both kinds of script send EVALSHA and, on NOSCRIPT, load the script and retry;
+        # `calls`, when given, carries the per-decision ones (a connection they share).
+        self._client = client
+        scripts = calls.script if calls is not None else client.register_script
+        self._script = scripts(SCRIPT)
+        self._settle = scripts(SETTLE)
+
+    async def warm(self) -> None:
+        """Load the scripts (on every master of a cluster): a master that came back empty
+        would otherwise answer NOSCRIPT, and the reload cost a decision its deadline."""
+        for script in (SCRIPT, SETTLE):
+            await self._client.script_load(script)
+        # And every tier's slot answers: in a cluster each may live on another master, and
+        # a master still away must not pass for back (its tier's calls would time out).
+        for tier in Tier:
+            await self._client.exists(tier_bucket_key(tier.value))
+
+    async def acquire(
+        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+    ) -> Verdict:
+        for bucket in buckets:
+            if cost > bucket.burst:  # can never fit: no need to ask Redis
+                return Verdict(False, refused=bucket, retry_after=None, remaining=bucket.burst)
+        keys, args = _arguments(cost, buckets)
+        if load is not None:  # in the tier's bucket of its pool, read and written with it
+            _check_recorded_in(load, buckets)
+            args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
+            args.append(1 if load.even_over_budget else 0)
+        _add_fair(keys, args, buckets)
+        allowed, refused, wait_ms, remaining, recorded, over_share = await self._script(
+            keys=keys, args=args
+        )
+        if allowed:
+            return Verdict(True, remaining=float(remaining), recorded_ms=int(recorded))
+        return Verdict(
+            False,
+            refused=buckets[int(refused) - 1],
+            retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
+            remaining=float(remaining),
+            recorded_ms=int(recorded),
+            over_fair_share=bool(over_share),
+        )
+
+    async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
+        keys, args = _arguments(delta, buckets)
+        _add_fair(keys, args, buckets)  # what the tenant was served, in its fair shares
+        return float(await self._settle(keys=keys, args=args))
+
+
+def _arguments(tokens: float, buckets: Sequence[BucketSpec]) -> tuple[list[str], list[float | str]]:
+    """The keys and arguments both scripts take first (arguments.lua)."""
+    args: list[float | str] = [tokens]
+    for bucket in buckets:
+        args += [bucket.rate, bucket.burst, bucket.max_debt]
+    return [b.key for b in buckets], args
+
+
+def _add_fair(keys: list[str], args: list[float | str], buckets: Sequence[BucketSpec]) -> None:
+    fair: FairShare | None = buckets[0].fair if buckets else None
+    if fair is not None:  # the first bucket is the tier's
+        keys += [fair.state_key, fair.active_key]
+        args += ["fair", fair.tenant, fair.weight, fair.window_seconds * 1000]
+        args += [fair.active_seconds * 1000, fair.reserve]
+
+
+def _check_recorded_in(load: AdmittedLoad, buckets: Sequence[BucketSpec]) -> None:
+    """An admission is recorded in the first bucket, which must be its tier's in its pool
+    (one HMGET and one HSET for both)."""
+    if not buckets or buckets[0].key != tier_bucket_key(load.tier, load.pool):
+        raise ValueError(f"the load of {load.tier} in {load.pool} is recorded in its tier's bucket")

@@ -1,0 +1,213 @@
+"""The admission queue: requests wait here for a slot, released by the scheduler's order.
+
+A request takes a slot at once when one is free and nobody of its tier or above is
+waiting; otherwise it waits, at most its tier's max wait. Slots free up when Envoy reports
+an exchange's end; the queue then releases waiters while the cluster has free slots. A
+waiter whose client goes away leaves the queue at once; a released waiter whose client
+went away in the same instant gives its slot straight back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as redis
+
+from sidecar import redis_errors
+from sidecar.background import Background
+from sidecar.config.base import Tier
+from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
+from sidecar.config.pools import resolve as resolve_pools
+from sidecar.config.schema import QosConfig
+from sidecar.request.policy.cost import Reservation
+from sidecar.request.queueing.peers import PeerRegistry
+from sidecar.request.queueing.scheduler import Scheduler, Waiter
+from sidecar.request.queueing.slots import Slot, SlotTable
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The tier's queue holds its maximum already."""
+
+
+class AdmissionQueue:
+    """Slots and waiters per model pool: each pool has its own concurrency limit and its
+    own release order; a request waits only for its pool's slots."""
+
+    def __init__(
+        self,
+        config: Callable[[], QosConfig],
+        slots: SlotTable | None = None,
+        peers: PeerRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        tick_seconds: float = 0.05,
+    ) -> None:
+        self._config = config
+        self._peers = peers
+        self._clock = clock
+        self._tick = tick_seconds
+        # An empty table is falsy (it has a length): test for None, or its owner is lost.
+        self.slots = slots if slots is not None else SlotTable(clock)
+        self.schedulers: dict[str, Scheduler] = {}
+        self._pools: dict[str, Pool] = {}  # the latest settings of each pool seen
+        self._resolved: tuple[QosConfig, Pools] | None = None
+        self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
+        self._background = Background()
+        self.reclaimed = 0
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The default pool's release order."""
+        return self._scheduler(DEFAULT_POOL)
+
+    def _scheduler(self, pool: str) -> Scheduler:
+        if pool not in self.schedulers:
+            self.schedulers[pool] = Scheduler(self._config().queue)
+        return self.schedulers[pool]
+
+    def _pool(self, pool: Pool | None) -> Pool:
+        """`pool` (remembered for releases), or the configuration's default pool."""
+        if pool is None:
+            config = self._config()
+            if self._resolved is None or self._resolved[0] is not config:
+                self._resolved = (config, resolve_pools(config))
+            pool = self._resolved[1].default
+        self._pools[pool.name] = pool
+        return pool
+
+    # -- capacity -------------------------------------------------------------------------
+
+    @property
+    def others_in_flight(self) -> int:
+        return self._peers.others_in_flight if self._peers else 0
+
+    @property
+    def sidecars_alive(self) -> int:
+        """This sidecar and the peers whose heartbeat it last saw."""
+        return 1 + (self._peers.peers if self._peers else 0)
+
+    @property
+    def cluster_in_flight(self) -> int:
+        return len(self.slots) + self.others_in_flight
+
+    def cluster_in_flight_in(self, pool: str | None) -> int:
+        """Slots held in `pool` by every sidecar (None: in every pool)."""
+        if pool is None:
+            return self.cluster_in_flight
+        others = self._peers.others_in_pool.get(pool, 0) if self._peers else 0
+        return self.slots.in_pool(pool) + others
+
+    def free_slots(self, pool: Pool | None = None) -> int:
+        pool = self._pool(pool)
+        return pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
+
+    # -- taking and giving back slots -------------------------------------------------------
+
+    def try_take(
+        self,
+        tier: Tier,
+        tenant: str,
+        stream: bool = False,
+        pool: Pool | None = None,
+        reservation: Reservation | None = None,
+    ) -> Slot | None:
+        """A slot now, if one is free and nobody who goes first is waiting."""
+        pool = self._pool(pool)
+        scheduler = self._scheduler(pool.name)
+        if self.free_slots(pool) > 0 and not scheduler.waiting_at_or_above(tier):
+            return self.slots.take(tier, tenant, stream, pool.name, reservation)
+        return None
+
+    async def wait(
+        self,
+        tier: Tier,
+        tenant: str,
+        max_wait: float,
+        stream: bool = False,
+        pool: Pool | None = None,
+        reservation: Reservation | None = None,
+    ) -> Slot | None:
+        """A slot within `max_wait` seconds, or None."""
+        pool = self._pool(pool)
+        scheduler = self._scheduler(pool.name)
+        if scheduler.waiting(tier) >= pool.tiers[tier].max_queue_length:
+            raise QueueFull
+        scheduler.config = self._config().queue
+        waiter = Waiter(tier, tenant, self._clock(), stream=stream, reservation=reservation)
+        future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
+        self._futures[waiter] = (future, pool.name)
+        scheduler.add(waiter)
+        self.dispatch(pool.name)
+        try:
+            async with asyncio.timeout(max_wait):
+                return await future
+        except TimeoutError:
+            # Released in the very instant the time ran out: the slot is the waiter's.
+            return future.result() if future.done() and not future.cancelled() else None
+        except asyncio.CancelledError:
+            # The client went away. A slot handed over in the same instant goes back.
+            if future.done() and not future.cancelled():
+                self.release(future.result().id)
+            raise
+        finally:
+            scheduler.remove(waiter)
+            self._futures.pop(waiter, None)
+            if not future.done():
+                future.cancel()
+
+    def release(self, slot_id: str) -> Slot | None:
+        slot = self.slots.release(slot_id)
+        if slot is not None:
+            self.dispatch(slot.pool)
+        return slot
+
+    def dispatch(self, pool_name: str | None = None) -> None:
+        """Hand free slots to waiters, in each pool's scheduler's order (one pool's only,
+        when named)."""
+        now = self._clock()
+        names = list(self.schedulers) if pool_name is None else [pool_name]
+        for name in names:
+            pool = self._pools.get(name)
+            scheduler = self.schedulers.get(name)
+            if pool is None or scheduler is None:
+                continue
+            while self.free_slots(pool) > 0:
+                waiter = scheduler.release_next(now)
+                if waiter is None:
+                    break
+                entry = self._futures.pop(waiter, None)
+                if entry is None or entry[0].done():
+                    continue
+                slot = self.slots.take(
+                    waiter.tier, waiter.tenant, waiter.stream, name, waiter.reservation
+                )
+                entry[0].set_result(slot)
+
+    # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
+
+    async def start(self) -> None:
+        self._background.start(self._run(), "admission-queue")
+
+    async def stop(self) -> None:
+        await self._background.stop()
+
+    async def _run(self) -> None:
+        beat_every = max(1, round(0.1 / self._tick))
+        for tick in itertools.count():
+            await asyncio.sleep(self._tick)
+            config = self._config()
+            for slot in self.slots.reclaim(config.queue.slot_lease_seconds):
+                self.reclaimed += 1
+                log.warning("slot taken back after its lease", extra={"slot": slot.id})
+            if self._peers is not None and tick % beat_every == 0:
+                try:
+                    await self._peers.heartbeat(self.slots.by_pool())
+                except redis.RedisError as error:
+                    redis_errors.note("peers")
+                    log.debug("peer heartbeat failed: %s", error)
+            self.dispatch()
