@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -68,6 +69,13 @@ def p2_decision(stack) -> str:
 
 
 @pytest.mark.timeout(90)
+def click(browser, element_id: str) -> None:
+    """Click the element as the page shows it now: the page redraws its switches as it
+    polls, and an element found just before a redraw is gone by the click."""
+    wait = WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,))
+    wait.until(lambda page: page.find_element(By.ID, element_id).click() is None)
+
+
 def test_one_click_core_only_sheds_p2_through_envoy_within_a_second(stack, browser, tmp_path):
     assert p2_decision(stack) == "admitted"
     browser.get(stack.dashboard_url)
@@ -75,14 +83,14 @@ def test_one_click_core_only_sheds_p2_through_envoy_within_a_second(stack, brows
     wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "mode"), "normal"))
     wait.until(expected_conditions.presence_of_element_located((By.ID, "tier-p2")))
 
-    browser.find_element(By.ID, "core-only").click()
+    click(browser, "core-only")
     clicked = time.monotonic()
     while (decision := p2_decision(stack)) != "shed_core_only":
         assert time.monotonic() - clicked < 1.0, f"P2 still {decision} a second after the click"
     wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "mode"), "core-only"))
     browser.save_screenshot(str(tmp_path / "core-only.png"))
 
-    browser.find_element(By.ID, "normal").click()
+    click(browser, "normal")
     clicked = time.monotonic()
     while p2_decision(stack) != "admitted":
         assert time.monotonic() - clicked < 1.0
@@ -93,13 +101,13 @@ def test_one_click_core_only_sheds_p2_through_envoy_within_a_second(stack, brows
 def test_a_tier_shed_switch_sheds_that_tier(stack, browser):
     browser.get(stack.dashboard_url)
     wait = WebDriverWait(browser, 10)
-    switch = wait.until(expected_conditions.element_to_be_clickable((By.ID, "shed-p2")))
-    switch.click()
+    wait.until(expected_conditions.element_to_be_clickable((By.ID, "shed-p2")))
+    click(browser, "shed-p2")
     clicked = time.monotonic()
     while p2_decision(stack) != "shed_forced":
         assert time.monotonic() - clicked < 1.0
     wait.until(expected_conditions.element_located_selection_state_to_be((By.ID, "shed-p2"), True))
-    browser.find_element(By.ID, "shed-p2").click()
+    click(browser, "shed-p2")
     clicked = time.monotonic()
     while p2_decision(stack) != "admitted":
         assert time.monotonic() - clicked < 1.0
