@@ -95,7 +95,8 @@ class SidecarMetrics:
         )
         self.admitted_cost = Counter(
             "qos_admitted_cost_tokens",
-            "Budget tokens admitted requests were charged at admission, by tier and route "
+            "Budget tokens admitted requests reserved at admission (at most their smallest "
+            "burst; the rest is owed at settlement), by tier and route "
             "kind (chat, responses, messages, input_only, ...).",
             ["tier", "route"],
             registry=self.registry,

@@ -411,3 +411,14 @@ async def test_streamed_answers_are_sampled_for_their_first_token_time():
         FakeLimiter(), slo={"ttft_sample_rate": 1.0, "ttft_samples_per_second": 5}
     )
     assert sum(capped.watch_response() for _ in range(100)) == 5  # within one second
+
+
+@pytest.mark.asyncio
+async def test_an_admission_counts_what_it_reserved_not_the_whole_it_asked():
+    # The capped tenant's bucket holds 50 tokens: its 14-token prompt and 200 tokens of
+    # output (214) reserve 50, and owe the rest when the answer is settled.
+    limiter = FakeLimiter()
+    charging = decider(limiter, tiers={"p1": {"output_weight": 1.0}})
+    admitted = await charging.decide(chat("k-cap", messages=SHORT, max_tokens=200))
+    assert isinstance(admitted, Admit)
+    assert admitted.cost == pytest.approx(50) and limiter.calls[0][0] == pytest.approx(50)

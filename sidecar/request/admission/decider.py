@@ -132,7 +132,7 @@ class AdmissionDecider:
                 guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
                 cost = price(tier_config, tokens, parsed.output)
             admission = AdmissionRequest(request, snapshot, identity, parsed, guarded, pool, cost)
-            return charged(await self._admit_completion(admission), admission)
+            return await self._admit_completion(admission)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
@@ -157,7 +157,7 @@ class AdmissionDecider:
         request = request.within(buckets)
         projected = self._project(request)  # counts in the pool's load until confirmed or not
         try:
-            return await self._take_budget(request, buckets, projected)
+            return charged(await self._take_budget(request, buckets, projected), request)
         finally:
             if projected is not None:
                 projected.cancel()  # not admitted (a no-op when it was confirmed)
