@@ -6,7 +6,7 @@ says so. So every admission is projected at once: the KV blocks vLLM gives its p
 when it schedules it (prompt + the first output token, in blocks of the pool's block
 size) and one request in flight. It counts until a report newer than it arrives from
 the pod it went to (as the load balancer spreads requests, a pod's share of it).
-Cluster-wide, the charge records it with the buckets (limiter/records.py).
+Cluster-wide, the charge records it with the buckets (sidecar/budget_layout.py).
 """
 
 from __future__ import annotations
