@@ -164,8 +164,10 @@ async def test_the_bucket_drops_its_recorded_slots_once_they_are_older_than_kept
         return int(reply[4]) // SLOT_MS  # the slot, on Redis's clock
 
     first = await record()
-    assert await record() in (first, first + 1)
-    packed = int(await aredis.hget(key, f"r|{first}"))
+    second = await record()
+    assert second >= first
+    # The newest slot is there (an older one may be gone already: one slot is kept).
+    packed = int(await aredis.hget(key, f"r|{second}"))
     assert packed % 2**20 >= 1 and packed // 2**20 == 2 * (packed % 2**20)
     ahead_ms = (first + 2) * SLOT_MS - await server_ms(aredis)
     await asyncio.sleep(max(ahead_ms, 0) / 1000)  # time itself: slots pass on Redis's clock
