@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 CAPACITY = 20_000.0  # the fleet's tokens a second: P1's 35 % is 7 000
 RATE = CAPACITY * 0.35
+BURST = RATE * 0.5  # the tier bucket's: burst_seconds 0.5
 KEYS = {name: f"fair-{name}" for name in ("a", "b", "c", "d")}
 FLOOD, LIGHT = chat(1_000), chat(100)
 WINDOW = (2.0, 20.0)  # seconds of a 20 s offer measured: its first burst is spent by then
@@ -83,6 +84,13 @@ async def fairness_indexes_while(stack: Stack, floods: asyncio.Task) -> list[flo
     return readings
 
 
+def assert_the_tier_s_rate(total: float, expected: float) -> None:
+    """Served at the tier's rate over a window: no less, and no more than a token bucket
+    lets through in any window, its rate and its burst. (Answers count when they end: on
+    a busy machine the first burst's last answers end inside the window.)"""
+    assert -0.03 * expected <= total - expected <= 0.03 * expected + BURST, (total, expected)
+
+
 async def quiet():
     await asyncio.sleep(1.5)  # the tenants before go quiet (1 s) and the bucket refills
 
@@ -98,10 +106,9 @@ async def flood_beside_light_tenants(urls: dict[str, str]) -> None:
         assert served_share(mine) >= 0.95, (tenant, served_share(mine))
         before, during = median_latency(of(alone, tenant)), median_latency(mine)
         assert during <= 2 * before, (tenant, before, during)
-    # The tier's rate, no more and no less; A has what B, C and D leave of it (70 %).
+    # The tier's rate; A has what B, C and D leave of it (70 %).
     expected = RATE * (WINDOW[1] - WINDOW[0])
-    total = tokens_in_window(flooded)
-    assert abs(total - expected) / expected <= 0.03, (total, expected)
+    assert_the_tier_s_rate(tokens_in_window(flooded), expected)
     flood = tokens_in_window(of(flooded, "a"))
     assert abs(flood / expected - 0.70) <= 0.05, (flood, expected)
 
@@ -115,8 +122,7 @@ async def test_alone_a_tenant_has_the_whole_tier(fair_stack):
     await quiet()
     flooded = await offer([load("a", fair_stack.envoy_url, 3, FLOOD)], WINDOW[1] / 2)
     expected = RATE * (WINDOW[1] / 2 - WINDOW[0])
-    total = tokens_served_between(flooded, WINDOW[0], WINDOW[1] / 2)
-    assert abs(total - expected) / expected <= 0.03, (total, expected)
+    assert_the_tier_s_rate(tokens_served_between(flooded, WINDOW[0], WINDOW[1] / 2), expected)
 
 
 async def test_weights_split_a_tier_both_flood(fair_stack):
