@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from sidecar.config.schema import TiersConfig
 from sidecar.tooling.benchmarks.tenant_load import (
     Answer,
     TenantLoad,
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 CAPACITY = 20_000.0  # the fleet's tokens a second: P1's 35 % is 7 000
 RATE = CAPACITY * 0.35
-BURST = RATE * 0.5  # the tier bucket's: burst_seconds 0.5
+BURST = RATE * TiersConfig().p1.burst_seconds  # the tier bucket's size
 KEYS = {name: f"fair-{name}" for name in ("a", "b", "c", "d")}
 FLOOD, LIGHT = chat(1_000), chat(100)
 WINDOW = (2.0, 20.0)  # seconds of a 20 s offer measured: its first burst is spent by then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import NamedTuple
 
 import grpc
 import pytest
@@ -26,11 +27,18 @@ RATE, BURST = 3000.0, 1500.0
 OFFERED_PER_SIDECAR = 45  # requests/s: together three times what the budget allows
 
 
-async def offer(address: str, until: float) -> tuple[int, int, float, float]:
-    """Send paced requests until `until`; (admitted, shed, when the first was sent, when
-    the last was answered)."""
+class Offered(NamedTuple):
+    admitted: int
+    shed: int
+    first_sent: float
+    last_answered: float
+
+
+async def offer(address: str, until: float) -> Offered:
+    """Send paced requests until `until`, once the channel is connected."""
     counts = [0, 0]
     async with grpc.aio.insecure_channel(address) as channel:
+        await channel.channel_ready()  # connecting is not part of the measured span
         client = ExtProcClient(channel)
         interval = 1 / OFFERED_PER_SIDECAR
         first = next_at = time.monotonic()
@@ -40,7 +48,7 @@ async def offer(address: str, until: float) -> tuple[int, int, float, float]:
             next_at += interval
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         last = time.monotonic()
-    return counts[0], counts[1], first, last
+    return Offered(counts[0], counts[1], first, last)
 
 
 @pytest.mark.asyncio
@@ -57,13 +65,13 @@ async def test_two_sidecars_admit_the_configured_rate_within_5_percent(sidecars,
     results = await asyncio.gather(*(offer(a, started + RUN_SECONDS) for a in addresses))
     # From the first request to the last answer: on a busy machine the channels may take
     # a while to connect, and a bucket left alone only fills to its burst.
-    elapsed = max(r[3] for r in results) - min(r[2] for r in results)
+    elapsed = max(r.last_answered for r in results) - min(r.first_sent for r in results)
 
-    admitted_requests = sum(r[0] for r in results)
-    shed_requests = sum(r[1] for r in results)
+    admitted_requests = sum(r.admitted for r in results)
+    shed_requests = sum(r.shed for r in results)
     expected = (RATE * elapsed + BURST) / COST
     assert shed_requests > admitted_requests  # the budget, not the offer, was the limit
-    assert all(r[0] > 0 for r in results)  # both sidecars took from the shared budget
+    assert all(r.admitted > 0 for r in results)  # both sidecars took from the shared budget
     assert abs(admitted_requests - expected) <= 0.05 * expected, (
         f"admitted {admitted_requests}, expected {expected:.0f} over {elapsed:.2f} s"
     )
