@@ -160,8 +160,9 @@ def readyz(admin_url: str) -> tuple[int, str]:
 async def flood(
     url: str, seconds: float, body: dict, key: str, clients: int = 8, pause: float = 0.02
 ) -> list[dict]:
-    """`clients` asking as fast as they are let for `seconds`, each pausing `pause` after
-    a refusal: the usage of every answer whose request was admitted in that time."""
+    """`clients` asking as fast as they are let for `seconds`, each waiting after a
+    refusal as the official clients do, the `retry-after-ms` it names (else `pause`): the
+    usage of every answer whose request was admitted in that time."""
     usages: list[dict] = []
     deadline = time.monotonic() + seconds
 
@@ -172,7 +173,8 @@ async def flood(
             ) as response:
                 answer = await response.json()
                 if response.status == 429:  # over its rate: refused at once
-                    await asyncio.sleep(pause)  # pacing, so refusals do not spin
+                    wait = float(response.headers.get("retry-after-ms", pause * 1000)) / 1000
+                    await asyncio.sleep(min(wait, max(0.0, deadline - time.monotonic())))
                     continue
                 assert response.status == 200, answer
                 usages.append(answer["usage"])

@@ -85,6 +85,7 @@ def test_errors_carry_their_status_reason_and_retry_after():
         "p2",
     )
     assert (limited.status, limited.headers["retry-after"]) == (429, "2")
+    assert limited.headers["retry-after-ms"] == "1200"
     unauth = respond(Refusal(Reason.UNAUTHENTICATED, "key please"), None, None)
     assert unauth.status == 401 and unauth.headers["www-authenticate"] == "Bearer"
     assert json.loads(unauth.body)["error"]["code"] == "invalid_api_key"

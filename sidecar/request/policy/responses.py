@@ -81,6 +81,9 @@ def respond(
         message = refusal.message
         if refusal.retry_after is not None:
             headers["retry-after"] = str(max(1, math.ceil(refusal.retry_after)))
+            # Retry-After counts whole seconds, too coarse for a bucket that refills in
+            # half of one; the official clients wait this one first when it is there.
+            headers["retry-after-ms"] = str(max(1, math.ceil(refusal.retry_after * 1000)))
     if refusal.reason is Reason.UNAUTHENTICATED:
         headers["www-authenticate"] = "Bearer"
     headers["content-type"] = "application/json"
