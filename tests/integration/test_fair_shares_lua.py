@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sidecar.budget_layout import fair_share_keys, tenant_bucket_key, tier_bucket_key
@@ -21,6 +23,16 @@ def tier(
     of the tier over the window (0.5 s: 500 tokens) is split by weight."""
     fair = FairShare(STATE, ACTIVE, tenant, weight, window, active_seconds, RESERVE)
     return BucketSpec(tier_bucket_key("p1"), RATE, BURST, fair)
+
+
+async def entry(aredis, tenant: str) -> tuple[float, float, float]:
+    """The tenant's served and refused tokens, and when (Redis time, ms) they were kept."""
+    served, refused, at, _ = (await aredis.hget(STATE, f"t:{tenant}")).decode().split(",")
+    return float(served), float(refused), float(at)
+
+
+def decayed(tokens: float, since_ms: float, at_ms: float, window: float = 0.5) -> float:
+    return tokens * math.exp(-(at_ms - since_ms) / (window * 1000))
 
 
 async def test_alone_a_tenant_may_take_the_whole_bucket(aredis):
@@ -60,6 +72,8 @@ async def test_weights_set_the_shares(aredis):
     taken = {"heavy": 0, "light": 0}
     weights = {"heavy": 3, "light": 1}
     light_kept_out = False
+    seconds, microseconds = await aredis.time()
+    started_ms = seconds * 1000 + microseconds / 1000
     for _ in range(40):  # they ask in turn until the bucket is dry
         for name, weight in weights.items():
             verdict = await buckets.acquire(50, [tier(name, weight=weight)])
@@ -72,8 +86,10 @@ async def test_weights_set_the_shares(aredis):
     assert sum(taken.values()) >= BURST - 50
     state = await aredis.hgetall(STATE)
     assert float(state[b"#weights"]) == 4.0
-    # What they were served, decayed over the half-second window as the calls went on.
-    assert 0.8 * sum(taken.values()) <= float(state[b"#served"]) <= sum(taken.values())
+    # What they were served, decayed over the half-second window as the calls went on:
+    # at most as much as if all of it had been served when they began.
+    least = decayed(sum(taken.values()), started_ms, float(state[b"#at"]))
+    assert least <= float(state[b"#served"]) <= sum(taken.values())
 
 
 async def test_quiet_tenants_leave_the_sum_of_weights(aredis):
@@ -121,10 +137,14 @@ async def test_without_fairness_the_script_answers_as_before(aredis):
 async def test_a_settlement_corrects_what_the_tenant_was_served(aredis):
     buckets = RedisTokenBuckets(aredis)
     assert (await buckets.acquire(400, [tier("a")])).allowed  # reserved its answer
+    _, _, reserved_at = await entry(aredis, "a")
+    total_at = float(await aredis.hget(STATE, "#at"))  # the same time, fewer digits kept
     await buckets.settle(300, [tier("a")])  # the answer was shorter: 300 given back
-    served, _, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
-    assert 95 <= float(served) <= 100  # 100 served, decayed over the few ms since
-    assert 95 <= float(await aredis.hget(STATE, "#served")) <= 100
+    served, _, settled_at = await entry(aredis, "a")
+    # The 400 decayed over the window until the settlement (on Redis's clock), less 300.
+    assert served == pytest.approx(decayed(400, reserved_at, settled_at) - 300, abs=0.01)
+    total = float(await aredis.hget(STATE, "#served"))
+    assert total == pytest.approx(decayed(400, total_at, settled_at) - 300, abs=0.01)
     plain = BucketSpec(tier_bucket_key("p1"), RATE, BURST)
     assert await buckets.settle(-50, [plain]) is not None  # without fairness, as before
 
@@ -132,9 +152,11 @@ async def test_a_settlement_corrects_what_the_tenant_was_served(aredis):
 async def test_what_the_tier_refused_a_tenant_is_kept_as_its_want_of_more(aredis):
     buckets = RedisTokenBuckets(aredis)
     assert (await buckets.acquire(900, [tier("a")])).allowed
+    _, _, served_at = await entry(aredis, "a")
     assert not (await buckets.acquire(400, [tier("a")])).allowed  # the tier's bucket
-    served, refused, _, _ = (await aredis.hget(STATE, "t:a")).decode().split(",")
-    assert 890 <= float(served) <= 900 and 390 <= float(refused) <= 400  # decayed a little
+    served, refused, refused_at = await entry(aredis, "a")
+    assert served == pytest.approx(decayed(900, served_at, refused_at), abs=0.01)
+    assert refused == pytest.approx(400, abs=0.01)  # nothing refused before it
 
 
 async def test_a_sweep_keeps_a_tenant_that_asked_since_its_score_was_set(aredis):
