@@ -12,24 +12,34 @@ from __future__ import annotations
 
 import json
 
-# vLLM's ids: chatcmpl-/cmpl- and 32 hex digits; `created` has ten digits until 2286.
-_ID, _CREATED = "0" * 32, 1_700_000_000
+# vLLM's ids: chatcmpl-/cmpl- and 16 hex digits; `created` has ten digits until 2286.
+_ID, _CREATED = "0" * 16, 1_700_000_000
 # Bytes of a token's text in a chunk, on average (BPE tokens of English run near four
 # characters; JSON escaping adds a little).
 TOKEN_TEXT_BYTES = 4.2
 
 
-def _chunk(chat: bool, model: str, text: str, finish: str | None = None) -> int:
-    """The bytes of one SSE chunk of this shape."""
-    # As vLLM serialises them (unset fields left out): chat chunks carry no stop_reason.
+def _chunk(chat: bool, model: str, text: str, first: bool = False) -> int:
+    """The bytes of one SSE chunk of this shape, as vLLM 0.32 serialises them (its null
+    fields included; tests/engine/test_mock_matches_vllm.py holds the mock to them)."""
     if chat:
-        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        choice: dict[str, object] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        if not first:
+            choice["token_ids"] = None
         envelope = {"id": f"chatcmpl-{_ID}", "object": "chat.completion.chunk"}
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        choice["stop_reason"] = None
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        choice.update(stop_reason=None, prompt_token_ids=None, token_ids=None)
         envelope = {"id": f"cmpl-{_ID}", "object": "text_completion"}
     body = {**envelope, "created": _CREATED, "model": model, "choices": [choice]}
+    if first:
+        body.update(prompt_token_ids=None, prompt_text=None)
     return len(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
 
 
@@ -37,5 +47,5 @@ def streamed_output_tokens(body_bytes: int, chat: bool, model: str) -> int:
     """Tokens of a streamed answer of `body_bytes` bytes (0 for an empty one)."""
     per_token = _chunk(chat, model, "") + TOKEN_TEXT_BYTES
     # The stream's own parts: the role chunk (chat) and the closing `data: [DONE]`.
-    fixed = (_chunk(chat, model, "") if chat else 0) + len(b"data: [DONE]\n\n")
+    fixed = (_chunk(chat, model, "", first=True) if chat else 0) + len(b"data: [DONE]\n\n")
     return max(0, round((body_bytes - fixed) / per_token))

@@ -9,6 +9,10 @@ from typing import Any
 
 from sidecar.request.openai_api.request import Endpoint
 
+# vLLM names its build here; the version the mock's shapes are checked against
+# (tests/engine/test_mock_matches_vllm.py).
+SYSTEM_FINGERPRINT = "vllm-0.32.0-6e8481f5"
+
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
@@ -19,14 +23,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 class ResponseShaper:
-    """Builds one request's response objects: whole, or as SSE chunks."""
+    """Builds one request's response objects: whole, or as SSE chunks, field for field
+    as vLLM 0.32 writes them (every field it sends, null ones included, in its order:
+    a stream's size is how its tokens are estimated when it carries no usage)."""
 
     def __init__(self, endpoint: Endpoint, model: str) -> None:
         self.endpoint = endpoint
         self.model = model
         prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
-        # vLLM's ids: the prefix and 32 hex digits (a random UUID's).
-        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        # vLLM's ids: the prefix and 16 hex digits.
+        self.id = f"{prefix}-{uuid.uuid4().hex[:16]}"
         self.created = int(time.time())
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -39,15 +45,20 @@ class ResponseShaper:
         }
 
     def complete(self, text: str, finish_reason: str, tokens: dict[str, int]) -> dict[str, Any]:
+        whole_usage = {**tokens, "prompt_tokens_details": None, "completion_tokens_details": None}
         if self.endpoint is Endpoint.CHAT:
+            message = {"role": "assistant", "content": text, **dict.fromkeys(_MESSAGE_NULLS)}
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
             }
             body = self._envelope("chat.completion", [choice])
+            tail: tuple[str, ...] = _CHAT_NULLS
         else:
             choice = {
                 "index": 0,
@@ -55,9 +66,12 @@ class ResponseShaper:
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
+                **dict.fromkeys(_COMPLETION_CHOICE_NULLS),
             }
             body = self._envelope("text_completion", [choice])
-        body["usage"] = tokens
+            tail = _TRANSFER_NULLS
+        body.update(service_tier=None, system_fingerprint=SYSTEM_FINGERPRINT, usage=whole_usage)
+        body.update(dict.fromkeys(tail))
         return body
 
     def chunk(
@@ -67,13 +81,19 @@ class ResponseShaper:
         *,
         first: bool = False,
     ) -> bytes:
-        """One SSE chunk; like vLLM 0.33 it has no usage field (that comes last, alone)."""
+        """One SSE chunk; like vLLM it has no usage field (that comes last, alone)."""
         if self.endpoint is Endpoint.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            if finish_reason is not None:
+                choice["stop_reason"] = None
+            if not first:
+                choice["token_ids"] = None
             body = self._envelope("chat.completion.chunk", [choice])
+            if first:
+                body.update(prompt_token_ids=None, prompt_text=None)
         else:
             choice = {
                 "index": 0,
@@ -81,6 +101,8 @@ class ResponseShaper:
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
             }
             body = self._envelope("text_completion", [choice])
         return sse(body)
@@ -99,8 +121,15 @@ class ResponseShaper:
     def usage_chunk(self, tokens: dict[str, int]) -> bytes:
         obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"
         body = self._envelope(obj, [])
-        body["usage"] = tokens
+        body.update(usage=tokens, system_fingerprint=SYSTEM_FINGERPRINT)
         return sse(body)
+
+
+# The fields vLLM 0.32 sends as null when it has nothing for them.
+_MESSAGE_NULLS = ("refusal", "annotations", "audio", "function_call", "reasoning")
+_COMPLETION_CHOICE_NULLS = ("token_ids", "prompt_logprobs", "prompt_token_ids", "routed_experts")
+_TRANSFER_NULLS = ("kv_transfer_params", "ec_transfer_params", "metrics")
+_CHAT_NULLS = ("prompt_logprobs", "prompt_token_ids", "prompt_text", *_TRANSFER_NULLS)
 
 
 def sse(body: dict[str, Any]) -> bytes:
