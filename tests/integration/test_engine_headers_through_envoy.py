@@ -81,7 +81,7 @@ async def test_a_clients_engine_headers_never_reach_vllm(engine_stack, config):
 
 async def test_under_contention_p0_runs_before_a_p2_that_asked_to_jump(engine_stack, config):
     config.set({"engine": {"send_priority": True}})
-    mock = engine_stack.mock_urls[0]
+    mock = engine_stack.engine_urls[0]
     waiting = 'vllm:num_requests_waiting{engine="0",model_name="mock-llm"}'
     served: list[str] = []
 
@@ -146,7 +146,7 @@ async def test_priorities_sent_to_pods_that_may_ignore_them_are_warned_of(
             pod,
             "report",
             "--vllm-url",
-            engine_stack.mock_urls[0],
+            engine_stack.engine_urls[0],
             "--sidecar",
             engine_stack.sidecar_grpc,
             "--pod-id",

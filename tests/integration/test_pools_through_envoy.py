@@ -116,7 +116,7 @@ async def test_an_unknown_model_is_answered_as_vllm_would_and_nothing_goes_upstr
     def prefilled() -> float:
         return sum(
             value
-            for url in pools_stack.mock_urls
+            for url in pools_stack.engine_urls
             for key, value in scrape(f"{url}/metrics").items()
             if key.startswith("vllm:prompt_tokens_total")
         )
@@ -168,7 +168,7 @@ async def test_a_pool_s_budgets_follow_the_capacity_its_pods_report(
             "reporter-joined",
             "report",
             "--vllm-url",
-            pools_stack.mock_urls[0],
+            pools_stack.engine_urls[0],
             "--sidecar",
             pools_stack.sidecar_grpc,
             "--pod-id",

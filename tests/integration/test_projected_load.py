@@ -122,7 +122,7 @@ def decisions(stack: Stack) -> float:
 
 
 def mock_free_kv(stack: Stack) -> float:
-    samples = scrape(f"{stack.mock_urls[0]}/metrics")
+    samples = scrape(f"{stack.engine_urls[0]}/metrics")
     usage = next(v for k, v in samples.items() if k.startswith("vllm:kv_cache_usage_perc{"))
     return 1.0 - usage
 

@@ -85,7 +85,7 @@ def test_both_replicas_serve(stack, client):
     for _ in range(6):
         client.chat.completions.create(model="mock-llm", messages=MESSAGES, max_tokens=2)
     served = []
-    for url in stack.mock_urls:
+    for url in stack.engine_urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
             text = response.read().decode()
         line = next(x for x in text.splitlines() if x.startswith("vllm:generation_tokens_total"))

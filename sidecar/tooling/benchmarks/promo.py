@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -244,7 +244,7 @@ def main(settings: Settings) -> int:
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 if shots is not None:
                     shots.join(timeout=120)  # before the stack they look at stops
-                _wait_until_idle(stack.mock_urls)
+                _wait_until_idle(stack.engine_urls)
                 if run == QOS:
                     _keep_sidecar_metrics(stack.sidecar_admin_url, work / "sidecar-metrics.txt")
                 if run == QOS and settings.output_weight > 0:
@@ -428,11 +428,11 @@ def _progress(run: str, seconds: float, sidecar_admin_url: str = ""):
     return show
 
 
-def _wait_until_idle(mock_urls: list[str], within: float = 120.0) -> None:
+def _wait_until_idle(engine_urls: Sequence[str], within: float = 120.0) -> None:
     """Until no replica runs or queues anything: the next run starts on idle GPUs."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if all(_requests_on(url) == 0 for url in mock_urls):
+        if all(_requests_on(url) == 0 for url in engine_urls):
             return
         time.sleep(0.2)
     raise SystemExit("the mock GPUs did not drain between the runs")

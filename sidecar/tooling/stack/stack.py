@@ -1,4 +1,5 @@
-"""The whole local stack as one object: Redis, mock vLLM replicas, the sidecar, Envoy.
+"""The whole local stack as one object: Redis, mock vLLM replicas (or model servers it
+did not start, such as a real vLLM), the sidecar, Envoy.
 
 `qos-sidecar up` runs it with the well-known ports; the tests run it on free ports. Each
 component is started, waited for until it serves, and stopped by its PID, last started
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -23,6 +25,14 @@ from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis
 
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
+
+
+@dataclass(frozen=True)
+class RunningEngines:
+    """Model servers already serving (a real vLLM): the stack fronts them, not mocks."""
+
+    urls: tuple[str, ...]
+    scheduling_policy: str = "fcfs"  # what they run, as their reporters pass it on
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,10 @@ class StackOptions:
     pools: int = 0
     # What each reporter says its pod prefills (tokens a second); 0: not said.
     report_capacity: float = 0.0
+    engines: RunningEngines | None = None  # None: the stack starts `replicas` mocks
+    # How the sidecar learns the pods' load: "push", a reporter beside each; "scrape",
+    # the sidecar reads their /metrics itself every report_interval.
+    load_source: str = "push"
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -70,8 +84,10 @@ class StackOptions:
         return cls(work_dir=work_dir, **{**ports, **overrides})  # type: ignore[arg-type]
 
     @property
-    def mock_scheduling_policy(self) -> str:
-        """The policy the mocks run (their reporters pass it on, as a pod's would)."""
+    def scheduling_policy(self) -> str:
+        """The policy the pods run (their reporters pass it on, as a pod's would)."""
+        if self.engines is not None:
+            return self.engines.scheduling_policy
         args = list(self.mock_args)
         for index, arg in enumerate(args):
             if arg == "--scheduling-policy" and index + 1 < len(args):
@@ -79,6 +95,13 @@ class StackOptions:
             if arg.startswith("--scheduling-policy="):
                 return arg.split("=", 1)[1]
         return "fcfs"  # the mock's default, as vLLM's
+
+    @property
+    def engine_urls(self) -> tuple[str, ...]:
+        """The model servers behind Envoy: the mocks', or the running engines'."""
+        if self.engines is not None:
+            return self.engines.urls
+        return tuple(f"http://127.0.0.1:{port}" for port in self.replica_ports)
 
     @property
     def replica_ports(self) -> tuple[int, ...]:
@@ -161,8 +184,8 @@ class Stack:
         return None if self.options.redis_url else f"redis-{self.options.redis_port}"
 
     @property
-    def mock_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{port}" for port in self.options.replica_ports]
+    def engine_urls(self) -> tuple[str, ...]:
+        return self.options.engine_urls
 
     def process(self, name: str) -> ManagedProcess:
         for process in self.processes:
@@ -172,6 +195,8 @@ class Stack:
 
     def start(self) -> Stack:
         self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.options.engines is not None and self.options.pools:
+            raise StackError("pools are made of mocks: give no running engines with them")
         try:
             self._start_redis()
             self._start_mocks()
@@ -216,9 +241,11 @@ class Stack:
             )
 
     def _start_mocks(self) -> None:
+        if self.options.engines is not None:
+            return  # already serving
         started = []
         for index, (port, url) in enumerate(
-            zip(self.options.replica_ports, self.mock_urls, strict=True), start=1
+            zip(self.options.replica_ports, self.engine_urls, strict=True), start=1
         ):
             process = self._launch(
                 f"mock-vllm-{index}",
@@ -248,6 +275,7 @@ class Stack:
                 self.options.work_dir,
                 self.redis_url,
                 *(["--redis-cluster"] if self.options.redis_cluster else []),
+                *self._scrape_args(),
                 *self.options.sidecar_args,
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
@@ -256,38 +284,60 @@ class Stack:
             ).process
         )
 
+    def _scrape_args(self) -> list[str]:
+        if self.options.load_source == "push":
+            return []
+        if self.options.load_source != "scrape":
+            raise StackError(f"load_source is push or scrape, not {self.options.load_source}")
+        interval = self.options.report_interval
+        targets = ",".join(urllib.parse.urlsplit(url).netloc for url in self.engine_urls)
+        return [
+            "--scrape-targets",
+            targets,
+            "--scrape-interval",
+            str(interval),
+            "--scrape-timeout",
+            str(max(0.15, 0.8 * interval)),
+        ]
+
     def restart_sidecar(self) -> None:
         """Start the sidecar again on its ports (after a test killed it)."""
         self._start_sidecar(name=f"sidecar-{len(self.processes)}")
 
     def _start_reporters(self) -> None:
-        """A `qos-sidecar report` beside each mock, as beside each vLLM pod."""
-        for index, url in enumerate(self.mock_urls, start=1):
-            self._launch(
-                f"reporter-{index}",
-                [
-                    sys.executable,
-                    "-m",
-                    "sidecar",
-                    "report",
-                    "--vllm-url",
-                    url,
-                    "--sidecar",
-                    self.sidecar_grpc,
-                    "--pod-id",
-                    f"mock-vllm-{index}",
-                    "--interval",
-                    str(self.options.report_interval),
-                    "--scheduling-policy",
-                    self.options.mock_scheduling_policy,
-                    "--capacity-tokens-per-second",
-                    str(self.options.report_capacity),
-                ],
-            )
+        """A `qos-sidecar report` beside each pod, as beside each vLLM pod (none when the
+        sidecar scrapes them)."""
+        if self.options.load_source == "push":
+            for index, url in enumerate(self.engine_urls, start=1):
+                self._launch(f"reporter-{index}", self._reporter_argv(index, url))
         # Ready when the sidecar sees every pod: until then P2 would be shed as unknown load.
         self.process("sidecar").wait_ready(
-            lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.mock_urls)
+            lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.engine_urls)
         )
+
+    def _reporter_argv(self, index: int, url: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "report",
+            "--vllm-url",
+            url,
+            "--sidecar",
+            self.sidecar_grpc,
+            "--pod-id",
+            self.pod_name(index),
+            "--interval",
+            str(self.options.report_interval),
+            "--scheduling-policy",
+            self.options.scheduling_policy,
+            "--capacity-tokens-per-second",
+            str(self.options.report_capacity),
+        ]
+
+    def pod_name(self, index: int) -> str:
+        """The pod at `index` (1-based), as its reporter names it."""
+        return f"{'vllm' if self.options.engines else 'mock-vllm'}-{index}"
 
     def envoy_config(self, listen_port: int, admin_port: int) -> dict[str, Any]:
         """The stack's Envoy config, listening on `listen_port`, in front of its sidecar and
@@ -297,15 +347,17 @@ class Stack:
             listen=(self.options.listen_host, listen_port),
             admin_port=admin_port,
             sidecar=("127.0.0.1", self.options.grpc_port),
-            upstreams=[("127.0.0.1", port) for port in self._default_replicas()],
+            upstreams=self._default_upstreams(),
             pools=self._pool_upstreams(),
         )
 
-    def _default_replicas(self) -> tuple[int, ...]:
-        """The default cluster's mocks: all, or with pools the first pool's (what Envoy
-        sends on without the sidecar, and requests of no pool such as GET /v1/models)."""
-        ports = self.options.replica_ports
-        return ports[: self.options.replicas] if self.options.pools else ports
+    def _default_upstreams(self) -> list[tuple[str, int]]:
+        """The default cluster's pods: all, or with pools the first pool's mocks (what
+        Envoy sends on without the sidecar, and requests of no pool such as GET
+        /v1/models)."""
+        addresses = [urllib.parse.urlsplit(url) for url in self.engine_urls]
+        hosts = [(address.hostname or "127.0.0.1", address.port or 80) for address in addresses]
+        return hosts[: self.options.replicas] if self.options.pools else hosts
 
     def _pool_upstreams(self) -> dict[str, list[tuple[str, int]]]:
         """Each pool's Envoy cluster: its mocks."""
