@@ -34,3 +34,23 @@ ensure_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$1]"
 }
+
+# ensure_engine_venv: the real engine (the `engine` extra, vLLM's CPU build) in a venv of
+# its own, $QOS_ENGINE_VENV or .venv-engine: it pins its own torch.
+ensure_engine_venv() {
+  local engine_venv="${QOS_ENGINE_VENV:-$ROOT/.venv-engine}" wanted
+  wanted="$(python3 -c 'import sys, tomllib
+extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
+print(" ".join(extras["engine"]))' "$ROOT/pyproject.toml")"
+  # Installed once per requirement: pip would bring back what is uninstalled below.
+  [ "$(cat "$engine_venv/.installed" 2>/dev/null)" = "$wanted" ] && return 0
+  echo "installing the engine ($wanted) into $engine_venv"
+  [ -x "$engine_venv/bin/python" ] || python3 -m venv "$engine_venv"
+  # shellcheck disable=SC2086  # one word a requirement
+  "$engine_venv/bin/python" -m pip install --quiet --disable-pip-version-check $wanted
+  # They come built against CUDA torch and break `import transformers`; vLLM's text
+  # serving needs none of them.
+  "$engine_venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
+    >/dev/null 2>&1 || true
+  echo "$wanted" >"$engine_venv/.installed"
+}

@@ -4,4 +4,8 @@
 source "$(dirname "$0")/setup.sh"
 ensure_system_packages
 ensure_venv stack
+# `--engine vllm` serves from vLLM's CPU build, in a venv of its own.
+case " $* " in
+  *" --engine vllm "* | *" --engine=vllm "*) ensure_engine_venv ;;
+esac
 exec "$VENV/bin/qos-sidecar" up --demo "$@"

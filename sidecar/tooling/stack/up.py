@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from sidecar import redis_connect
 from sidecar.options import setting
-from sidecar.tooling.stack.processes import StackError
-from sidecar.tooling.stack.stack import Stack, StackOptions
+from sidecar.tooling.engine import vllm
+from sidecar.tooling.stack.processes import ManagedProcess, StackError
+from sidecar.tooling.stack.stack import RunningEngines, Stack, StackOptions
 
 DEMO_REQUEST = {
     "model": "mock-llm",
@@ -37,7 +39,15 @@ class Settings:
         "QOS_REDIS_CLUSTER",
         "a Redis Cluster: REDIS_URL names one of its nodes, or three masters are started",
     )
-    replicas: int = setting(2, None, "mock vLLM replicas (per pool, with --pools)")
+    engine: str = setting(
+        "mock",
+        None,
+        "mock: mock vLLM replicas; vllm: vLLM's CPU build serving a tiny model made here "
+        "(scripts/setup-engine.sh installs it)",
+    )
+    replicas: int = setting(
+        0, None, "model-server replicas (per pool, with --pools); 0: 2 mocks or 1 vLLM"
+    )
     pools: int = setting(
         0, None, "model pools pool-a, pool-b, ... of --replicas mocks each serving model-a, ..."
     )
@@ -48,7 +58,56 @@ class Settings:
 
 
 def main(settings: Settings) -> int:
+    if settings.engine not in ("mock", "vllm"):
+        print(f"--engine is mock or vllm, not {settings.engine!r}", file=sys.stderr)
+        return 2
+    if settings.engine == "vllm" and settings.pools:
+        print("--pools are made of mocks: use them without --engine vllm", file=sys.stderr)
+        return 2
     work_dir = Path(settings.log_dir or tempfile.mkdtemp(prefix="qos-stack-"))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with contextlib.ExitStack() as started:
+        engines: list[ManagedProcess] = []
+        try:
+            running = _start_engines(settings, work_dir, started, engines)
+        except StackError as error:
+            print(f"the engine did not start: {error}", file=sys.stderr)
+            return 1
+        return _run(settings, work_dir, running, engines, stop)
+
+
+def _start_engines(
+    settings: Settings,
+    work_dir: Path,
+    started: contextlib.ExitStack,
+    processes: list[ManagedProcess],
+) -> RunningEngines | None:
+    """With --engine vllm, the engines on the mocks' ports, ready (stopped on exit)."""
+    if settings.engine != "vllm":
+        return None
+    engine_settings = vllm.EngineSettings()
+    urls = []
+    for index in range(settings.replicas or 1):
+        port = settings.mock_base_port + index
+        print(f"starting vLLM on port {port} (model: {vllm.model()}) ...", flush=True)
+        url, process = started.enter_context(
+            vllm.serving(engine_settings, work_dir, port, name=f"vllm-{index + 1}")
+        )
+        urls.append(url)
+        processes.append(process)
+    return RunningEngines(tuple(urls), engine_settings.scheduling_policy)
+
+
+def _run(
+    settings: Settings,
+    work_dir: Path,
+    engines: RunningEngines | None,
+    engine_processes: list[ManagedProcess],
+    stop: threading.Event,
+) -> int:
+    replicas = settings.replicas or (len(engines.urls) if engines else 2)
     options = StackOptions(
         work_dir=work_dir,
         listen_host=settings.listen_host,
@@ -59,26 +118,24 @@ def main(settings: Settings) -> int:
         redis_url=settings.redis_url,
         redis_port=settings.redis_port,
         redis_cluster=settings.redis_cluster,
-        replicas=settings.replicas,
+        replicas=replicas,
         pools=settings.pools,
         mock_ports=tuple(
-            settings.mock_base_port + i for i in range(settings.replicas * max(1, settings.pools))
+            settings.mock_base_port + i for i in range(replicas * max(1, settings.pools))
         ),
         time_scale=settings.time_scale,
+        engines=engines,
     )
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     stack = Stack(options)
     try:
         print(f"starting the local stack (logs in {work_dir}) ...", flush=True)
         stack.start()
-        _print_endpoints(stack)
+        _print_endpoints(stack, engine_processes)
         if settings.demo:
             _demo(stack)
         print("Ctrl-C stops everything.", flush=True)
         while not stop.wait(0.5):
-            dead = [p.name for p in stack.processes if not p.running()]
+            dead = [p.name for p in stack.processes + engine_processes if not p.running()]
             if dead:
                 print(f"{', '.join(dead)} exited; stopping the stack", file=sys.stderr)
                 return 1
@@ -91,7 +148,7 @@ def main(settings: Settings) -> int:
         print("stopped", flush=True)
 
 
-def _print_endpoints(stack: Stack) -> None:
+def _print_endpoints(stack: Stack, engine_processes: list[ManagedProcess]) -> None:
     rows = [
         ("Envoy (clients)", stack.envoy_url, "envoy"),
         ("Envoy admin", stack.envoy_admin_url, None),
@@ -105,9 +162,14 @@ def _print_endpoints(stack: Stack) -> None:
             stack.redis_process_name,
         ),
     ]
-    for i, url in enumerate(stack.mock_urls, start=1):
+    engines = stack.options.engines
+    for i, url in enumerate(stack.engine_urls, start=1):
         models = ",".join(stack.options.served_models(i - 1))
-        rows.append((f"mock vLLM {i}", f"{url} ({models})", f"mock-vllm-{i}"))
+        if engines:
+            engine_pid = engine_processes[i - 1].pid
+            rows.append((f"vLLM {i}", f"{url} ({models})  pid {engine_pid}", None))
+        else:
+            rows.append((f"mock vLLM {i}", f"{url} ({models})", f"mock-vllm-{i}"))
         rows.append(("  its reporter", f"-> {stack.sidecar_grpc}", f"reporter-{i}"))
     print("qos-sidecar stack is up:")
     for label, where, process in rows:

