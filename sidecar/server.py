@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 LOAD_REPORTER_SERVICE = "qos.v1.LoadReporter"
-# Every Redis call is bounded: a slow Redis must not hold requests for long.
-REDIS_TIMEOUT_SECONDS = 0.25
 
 _GRPC_OPTIONS = [
     # Envoy keeps one HTTP/2 connection with many streams; let it ping idle connections.
@@ -133,7 +131,7 @@ class SidecarServer:
         # The decisions' budget calls share one connection of their own (a single server).
         self._budget_redis = (
             redis_connect.budget_client(
-                settings.redis_url, settings.redis_cluster, REDIS_TIMEOUT_SECONDS
+                settings.redis_url, settings.redis_cluster, settings.redis_socket_timeout
             )
             if settings.shared_budget_connection
             else None
@@ -219,8 +217,9 @@ class SidecarServer:
         return redis_connect.connect(
             self.settings.redis_url,
             self.settings.redis_cluster,
-            socket_timeout=REDIS_TIMEOUT_SECONDS,
-            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+            # Every Redis call is bounded: a slow Redis must not hold requests for long.
+            socket_timeout=self.settings.redis_socket_timeout,
+            socket_connect_timeout=self.settings.redis_socket_timeout,
         )
 
     def _snapshot(self) -> Snapshot:

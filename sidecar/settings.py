@@ -33,6 +33,12 @@ class SidecarSettings:
         "QOS_REDIS_TIMEOUT_MS",
         "longest a decision waits on Redis before budgets go local (until Redis is back)",
     )
+    redis_socket_timeout_ms: float = setting(
+        250.0,
+        "QOS_REDIS_SOCKET_TIMEOUT_MS",
+        "longest any other Redis call (load reports, samples, records, the configuration) "
+        "waits for its answer; never less than --redis-timeout-ms",
+    )
     over_limit_cache: bool = setting(
         True,
         "QOS_OVER_LIMIT_CACHE",
@@ -92,3 +98,9 @@ class SidecarSettings:
     @property
     def grpc_address(self) -> str:
         return f"{self.grpc_host}:{self.grpc_port}"
+
+    @property
+    def redis_socket_timeout(self) -> float:
+        """Seconds a Redis socket waits for an answer: a decision's own bound must not be
+        cut short by its connection's."""
+        return max(self.redis_socket_timeout_ms, self.redis_timeout_ms) / 1000

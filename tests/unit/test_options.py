@@ -23,3 +23,9 @@ def test_redis_url_comes_from_the_shared_variable(monkeypatch):
     monkeypatch.setenv("REDIS_URL", "redis://10.0.0.1:6380/2")
     assert parse([]).redis_url == "redis://10.0.0.1:6380/2"
     assert parse([]).grpc_address == "127.0.0.1:50051"
+
+
+def test_a_redis_socket_waits_at_least_as_long_as_a_decision_may():
+    assert parse([]).redis_socket_timeout == 0.25
+    assert parse(["--redis-socket-timeout-ms", "2000"]).redis_socket_timeout == 2.0
+    assert parse(["--redis-timeout-ms", "500"]).redis_socket_timeout == 0.5
