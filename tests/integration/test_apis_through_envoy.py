@@ -85,7 +85,7 @@ def test_responses_errors_are_the_clients_own(api_stack, config):
 def test_messages_served_pass_untouched(api_stack):
     client = anthropic_client(api_stack, "p0")
     answer = client.messages.create(model="mock-llm", max_tokens=20, messages=MESSAGES)
-    assert answer.id.startswith("msg_") and "qos" not in answer.id
+    assert answer.id.startswith("chatcmpl-") and "qos" not in answer.id  # vLLM's own id
     assert answer.content[0].text and answer.usage.output_tokens > 0
     with client.messages.stream(model="mock-llm", max_tokens=20, messages=MESSAGES) as stream:
         text = "".join(stream.text_stream)

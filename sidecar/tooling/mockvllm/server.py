@@ -262,7 +262,7 @@ class MockVllm:
     def _shaper(self, parsed: ParsedRequest, tokens_in: int) -> Shaper:
         model = self.settings.model_name
         if parsed.kind is RouteKind.RESPONSES:
-            return ResponsesShaper(model)
+            return ResponsesShaper(model, parsed.output.requested if parsed.output else None)
         if parsed.kind is RouteKind.MESSAGES:
             return MessagesShaper(model, tokens_in)
         chat = parsed.kind is RouteKind.CHAT
