@@ -24,14 +24,26 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """cpu_seconds of a process and of every process below it (serve --processes)."""
-    total, pending = 0.0, [pid]
+def descendants(pid: int) -> list[int]:
+    """Every process below a process that still runs (Linux /proc)."""
+    found, pending = [], [pid]
     while pending:
         current = pending.pop()
         try:
+            below = children(current)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it exited meanwhile
+        found += below
+        pending += below
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """cpu_seconds of a process and of every process below it (serve --processes)."""
+    total = 0.0
+    for current in (pid, *descendants(pid)):
+        try:
             total += cpu_seconds(current)
-            pending += children(current)
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited meanwhile
     return total
