@@ -53,7 +53,7 @@ class StackConfig:
         self._admin = sidecar_admin_url
         self._base = base or {}  # top-level keys every change keeps unless it names them
 
-    def _run(self, change: Callable[[ConfigStore], Awaitable[int]]) -> int:
+    def _run(self, change: Callable[[ConfigStore], Awaitable[int]], wait: bool = True) -> int:
         async def go() -> int:
             client = redis_connect.connect(self._redis_url, self._cluster)
             try:
@@ -64,6 +64,8 @@ class StackConfig:
         # A thread of its own: callers may be inside a running event loop (async tests).
         with ThreadPoolExecutor(1) as pool:
             version = pool.submit(asyncio.run, go()).result()
+        if not wait:
+            return version
         deadline = time.monotonic() + 5
         while sidecar_config_version(self._admin) < version:
             assert time.monotonic() < deadline, f"sidecar never reached config v{version}"
@@ -74,9 +76,10 @@ class StackConfig:
         """Wait until the sidecar runs the configuration Redis holds now."""
         return self._run(lambda store: store.version())
 
-    def set(self, partial: dict[str, Any]) -> int:
+    def set(self, partial: dict[str, Any], wait: bool = True) -> int:
+        """Save the configuration; `wait=False` before the sidecar runs (it starts on it)."""
         config = QosConfig.from_partial({**self._base, **partial})
-        return self._run(lambda store: store.save_config(config))
+        return self._run(lambda store: store.save_config(config), wait)
 
     def mode(self, mode: str, by: str = "tests") -> int:
         """Switch the operator's mode (normal, core-only, shadow)."""

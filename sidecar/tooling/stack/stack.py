@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import redis_connect
+from sidecar.config.schema import OverloadConfig
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.admin_client import StackConfig
@@ -25,6 +26,9 @@ from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis
 
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
+# A pod's report is kept for this many report intervals: a late report or two (a busy
+# model server answers /metrics slowly) must not make its load unknown.
+REPORTS_KEPT = 5
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,15 @@ class StackOptions:
         }
         return {"pools": pools} if self.pools else {}
 
+    def base_config(self) -> dict[str, Any]:
+        """What every configuration of this stack keeps unless it names it: its pools, and
+        pod reports kept for a few report intervals when the default TTL is shorter."""
+        base = self.pools_config()
+        ttl = self.report_interval * REPORTS_KEPT
+        if ttl > OverloadConfig().report_ttl_seconds:
+            base["overload"] = {"report_ttl_seconds": ttl}
+        return base
+
 
 @dataclass
 class Stack:
@@ -176,7 +189,7 @@ class Stack:
             self.redis_url,
             self.sidecar_admin_url,
             self.options.redis_cluster,
-            base=self.options.pools_config(),
+            base=self.options.base_config(),
         )
 
     @property
@@ -199,10 +212,11 @@ class Stack:
             raise StackError("pools are made of mocks: give no running engines with them")
         try:
             self._start_redis()
+            if self.options.base_config():
+                # The pools and the reports' TTL, there before the sidecar reads any report.
+                self.config.set({}, wait=False)
             self._start_mocks()
             self._start_sidecar()
-            if self.options.pools:
-                self.config.set({})  # the pools, before any pod reports for one
             self._start_reporters()
             self._start_envoy()
         except BaseException:
@@ -249,13 +263,8 @@ class Stack:
         ):
             process = self._launch(
                 f"mock-vllm-{index}",
-                [
-                    sys.executable,
-                    "-m",
-                    "sidecar",
-                    "mock-vllm",
-                    "--port",
-                    str(port),
+                mock_vllm_argv(
+                    port,
                     "--time-scale",
                     str(self.options.time_scale),
                     "--seed",
@@ -263,7 +272,7 @@ class Stack:
                     "--model",
                     ",".join(self.options.served_models(index - 1)),
                     *self.options.mock_args,
-                ],
+                ),
             )
             started.append((process, url))
         for process, url in started:  # they start in parallel, then each is awaited
@@ -298,6 +307,10 @@ class Stack:
             str(interval),
             "--scrape-timeout",
             str(max(0.15, 0.8 * interval)),
+            # Renewed every interval: held for a few of them (the reports' TTL must be
+            # longer still, as the sidecar's help says).
+            "--scrape-lease-seconds",
+            str(max(0.8, 2.5 * interval)),
         ]
 
     def restart_sidecar(self) -> None:
@@ -378,6 +391,11 @@ class Stack:
                 concurrency=self.options.envoy_concurrency,
             )
         )
+
+
+def mock_vllm_argv(port: int, *args: str) -> list[str]:
+    """`qos-sidecar mock-vllm` on `port`, with these options."""
+    return [sys.executable, "-m", "sidecar", "mock-vllm", "--port", str(port), *args]
 
 
 def start_envoy(
