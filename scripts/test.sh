@@ -5,6 +5,8 @@ source "$(dirname "$0")/setup.sh"
 # promtool checks the metrics; Chromium and its driver run the dashboard's browser test.
 ensure_system_packages promtool:prometheus chromium:chromium chromedriver:chromium-driver
 ensure_venv test
+# The real-engine tests (tests/engine) run against vLLM's CPU build, in its own venv.
+ensure_engine_venv
 cd "$ROOT"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check sidecar tests tools bench

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import urllib.error
 import urllib.request
@@ -22,8 +23,10 @@ __all__ = [
     "chat_once",
     "decision_count",
     "flood",
+    "p1_in_flight",
     "readyz",
     "scrape",
+    "settlement_counts",
     "sidecar_config_version",
     "stack_with_tenant",
     "stack_with_tenants",
@@ -69,15 +72,27 @@ def budgets_local(stack: Stack) -> bool:
     return scrape(f"{stack.sidecar_admin_url}/metrics")["qos_budgets_local{}"] == 1
 
 
-def ext_proc_messages(stack: Stack) -> tuple[int, int]:
-    """Messages Envoy sent to the sidecar and received from it, so far."""
+def _ext_proc_stats(stack: Stack) -> dict[str, int]:
     url = f"{stack.envoy_admin_url}/stats?filter=ext_proc"
     with urllib.request.urlopen(url, timeout=5) as r:
-        stats = dict(line.split(": ") for line in r.read().decode().splitlines())
-    return (
-        int(stats["http.llm_ingress.ext_proc.stream_msgs_sent"]),
-        int(stats["http.llm_ingress.ext_proc.stream_msgs_received"]),
-    )
+        lines = r.read().decode().splitlines()
+    prefix = "http.llm_ingress.ext_proc."
+    return {
+        name.removeprefix(prefix): int(value)
+        for name, value in (line.split(": ") for line in lines)
+        if name.startswith(prefix)
+    }
+
+
+def ext_proc_messages(stack: Stack) -> tuple[int, int]:
+    """Messages Envoy sent to the sidecar and received from it, so far."""
+    stats = _ext_proc_stats(stack)
+    return stats["stream_msgs_sent"], stats["stream_msgs_received"]
+
+
+def failed_open(stack: Stack) -> int:
+    """Requests Envoy sent on undecided (the sidecar slow or away: failure_mode_allow)."""
+    return _ext_proc_stats(stack)["failure_mode_allowed"]
 
 
 def admitted_count(sidecar_admin_url: str) -> float:
@@ -182,3 +197,44 @@ async def flood(
     async with aiohttp.ClientSession() as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
     return usages
+
+
+def settlement_counts(stack: Stack) -> tuple[float, float, float]:
+    """P1's output tokens reserved, settled from usage and settled by estimate, so far."""
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return (
+        samples.get('qos_output_reserved_tokens_total{tier="p1"}', 0.0),
+        samples.get('qos_output_settled_tokens_total{source="usage",tier="p1"}', 0.0),
+        samples.get('qos_output_settled_tokens_total{source="estimate",tier="p1"}', 0.0),
+    )
+
+
+def p1_in_flight(stack: Stack) -> float:
+    """P1 exchanges admitted whose end has not been settled yet (slots held)."""
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    return samples.get('qos_requests_in_flight{tier="p1"}', 0.0)
+
+
+async def chat_exchange(
+    url: str, key: str, body: dict, leave_after: int | None = None
+) -> dict | None:
+    """One chat exchange through Envoy at `url`, answered 200 by the model server: the
+    usage it carried, if any; with `leave_after`, the client leaves a stream after that
+    many lines (closing the connection mid-stream)."""
+    usage, lines = None, 0
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as response,
+    ):
+        assert response.status == 200 and "x-qos-decision" not in response.headers
+        if not body.get("stream"):
+            return (await response.json())["usage"]
+        async for line in response.content:
+            lines += 1
+            if line.startswith(b"data: {") and b'"usage":{' in line:
+                usage = json.loads(line[6:])["usage"]
+            if leave_after is not None and lines >= leave_after:
+                return None
+    return usage

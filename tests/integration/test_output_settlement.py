@@ -12,7 +12,15 @@ import aiohttp
 import pytest
 
 from sidecar.request.completion.exchange_ends import UNLOGGED_GRACE_SECONDS
-from tests.integration.helpers import flood, scrape, stack_with_tenants, wait_until
+from tests.integration.helpers import (
+    chat_exchange,
+    flood,
+    p1_in_flight,
+    scrape,
+    settlement_counts,
+    stack_with_tenants,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -107,12 +115,6 @@ async def stream_usage(url: str, include_usage: bool) -> dict | None:
     return usage
 
 
-def p1_in_flight(stack) -> float:
-    """P1 exchanges admitted whose end has not been settled yet (slots held)."""
-    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
-    return samples.get('qos_requests_in_flight{tier="p1"}', 0.0)
-
-
 def settled(stack, source: str) -> float:
     samples = scrape(f"{stack.sidecar_admin_url}/metrics")
     return samples.get(f'qos_output_settled_tokens_total{{source="{source}",tier="p1"}}', 0.0)
@@ -144,34 +146,6 @@ async def test_a_stream_is_settled_from_its_usage_when_it_carries_one_else_by_it
     assert abs(guess - 300) <= 300 * 0.05, guess
 
 
-async def exchange(url: str, body: dict, read_lines: int | None = None) -> None:
-    """One P1 exchange; with `read_lines`, a stream the client leaves after that many."""
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"{url}/v1/chat/completions",
-            json=body,
-            headers={"Authorization": f"Bearer {ONCE_KEY}"},
-        ) as response,
-    ):
-        assert response.status == 200
-        read = 0
-        async for _line in response.content:
-            read += 1
-            if read_lines is not None and read >= read_lines:
-                return  # leaves: the connection is closed mid-stream
-
-
-def settlement_counts(stack) -> tuple[float, float, float]:
-    """P1's reserved output tokens settled so far, its exact and estimated settled ones."""
-    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
-    return (
-        samples.get('qos_output_reserved_tokens_total{tier="p1"}', 0.0),
-        samples.get('qos_output_settled_tokens_total{source="usage",tier="p1"}', 0.0),
-        samples.get('qos_output_settled_tokens_total{source="estimate",tier="p1"}', 0.0),
-    )
-
-
 async def test_each_exchange_is_settled_once_even_when_its_stream_is_aborted(settle_stack):
     url = settle_stack.envoy_url
     await wait_until(lambda: p1_in_flight(settle_stack) == 0, what="earlier exchanges ended")
@@ -180,9 +154,9 @@ async def test_each_exchange_is_settled_once_even_when_its_stream_is_aborted(set
     streamed = {**whole, "stream": True, "stream_options": {"include_usage": True}}
     # Every one of them is seen twice: by its access-log entry and by the end of its
     # ext_proc stream (the aborted one: its client left, then Envoy logged it).
-    await exchange(url, whole)
-    await exchange(url, streamed)
-    await exchange(url, {**whole, "stream": True}, read_lines=20)
+    await chat_exchange(url, ONCE_KEY, whole)
+    await chat_exchange(url, ONCE_KEY, streamed)
+    await chat_exchange(url, ONCE_KEY, {**whole, "stream": True}, leave_after=20)
     await wait_until(
         lambda: settlement_counts(settle_stack)[0] == reserved + 3 * 300,
         what="three exchanges settled",

@@ -1,0 +1,232 @@
+"""mock-vllm held to vLLM: the same requests go to both, and what the sidecar depends on
+must match — the metrics it reads (names, labels, what its dialect makes of them), the
+answers' and chunks' fields (the stream-size estimate counts their envelope), usage, the
+error shape, and how each takes a `priority` and a queue past its seats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from functools import partial
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sidecar.loops.dialects import registry
+from sidecar.loops.dialects import vllm as vllm_dialect
+from sidecar.loops.dialects.exposition import samples_of
+from sidecar.ports import free_port
+from sidecar.tooling.engine.vllm import BLOCK_SIZE
+from sidecar.tooling.stack import readiness
+from sidecar.tooling.stack.processes import ManagedProcess
+from sidecar.tooling.stack.stack import mock_vllm_argv
+from tests.engine.engine_client import Engine, until
+
+pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
+
+
+# The labels of vLLM's info series that the dialect reads.
+INFO_LABELS_READ = {vllm_dialect.CACHE_CONFIG: {"block_size", "num_gpu_blocks", "engine"}}
+
+
+@pytest.fixture(scope="module")
+def mock(engine, tmp_path_factory):
+    """mock-vllm sized and scheduled as the engine is, at the engine's block size."""
+    settings = engine.settings
+    port = free_port()
+    process = ManagedProcess(
+        "mock-vllm",
+        mock_vllm_argv(
+            port,
+            "--model",
+            settings.served_model,
+            "--kv-cache-tokens",
+            str(settings.kv_blocks * BLOCK_SIZE),  # the blocks vLLM reports, all of them
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--max-num-seqs",
+            str(settings.max_num_seqs),
+            "--max-model-len",
+            str(settings.max_model_len),
+            "--scheduling-policy",
+            settings.scheduling_policy,
+        ),
+        tmp_path_factory.mktemp("mock") / "mock.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    process.start_ready(partial(readiness.http_ok, f"{url}/health"))
+    try:
+        yield Engine(url, settings)
+    finally:
+        process.stop()
+
+
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def shape(value: Any) -> Any:
+    """A JSON value's structure: objects' keys (recursively), lists by their first item,
+    scalars by type (null counts as its own)."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+async def post(url: str, path: str, body: dict) -> tuple[int, Any, list[dict]]:
+    """Status, whole JSON answer (or None), and the stream's data chunks (or [])."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}{path}", json=body) as response,
+    ):
+        if not body.get("stream"):
+            return response.status, await response.json(content_type=None), []
+        chunks = []
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                chunks.append(json.loads(line[6:]))
+        return response.status, None, chunks
+
+
+def chat(engine: Engine, **extra: Any) -> dict:
+    return {
+        "model": engine.settings.served_model,
+        "messages": [{"role": "user", "content": "Where is my order?"}],
+        "max_tokens": 12,
+        **extra,
+    }
+
+
+def completion(engine: Engine, **extra: Any) -> dict:
+    return {
+        "model": engine.settings.served_model,
+        "prompt": "Where is my order?",
+        "max_tokens": 12,
+        **extra,
+    }
+
+
+async def test_the_metrics_the_sidecar_reads_match(idle_engine, mock):
+    real, mocked = metrics_text(idle_engine.url), metrics_text(mock.url)
+    real_samples = samples_of(real, vllm_dialect.NAMES)
+    mock_samples = samples_of(mocked, vllm_dialect.NAMES)
+    for name in vllm_dialect.NAMES:
+        # An info series' labels are vLLM's whole cache config: the ones read must match.
+        read = INFO_LABELS_READ.get(name)
+
+        def labels(samples, name=name, read=read):
+            return sorted(
+                {tuple(sorted(set(s.labels) & (read or set(s.labels)))) for s in samples.get(name)}
+            )
+
+        assert labels(mock_samples) == labels(real_samples), name
+    real_pod, mock_pod = registry.read(real, "vllm"), registry.read(mocked, "vllm")
+    for field in ("kv_blocks_total", "kv_block_size", "running", "waiting", "model"):
+        assert getattr(mock_pod, field) == getattr(real_pod, field), field
+    assert real_pod.kv_blocks_total == idle_engine.settings.kv_blocks
+
+
+def responses(engine: Engine, **extra: Any) -> dict:
+    return {
+        "model": engine.settings.served_model,
+        "input": "Where is my order?",
+        "max_output_tokens": 12,
+        **extra,
+    }
+
+
+def messages(engine: Engine, **extra: Any) -> dict:
+    return {**chat(engine), **extra}
+
+
+def output_tokens(usage: dict) -> int:
+    return usage.get("completion_tokens", usage.get("output_tokens"))
+
+
+# The generation routes both serve (the tiny model generates: no pooling routes).
+ROUTES = [
+    ("/v1/chat/completions", chat),
+    ("/v1/completions", completion),
+    ("/v1/responses", responses),
+    ("/v1/messages", messages),
+    ("/invocations", chat),
+]
+
+
+@pytest.mark.parametrize("path, make", ROUTES)
+async def test_whole_answers_have_the_same_fields(idle_engine, mock, path, make):
+    real = await post(idle_engine.url, path, make(idle_engine))
+    mocked = await post(mock.url, path, make(mock))
+    assert real[0] == mocked[0] == 200
+    assert shape(mocked[1]) == shape(real[1])
+    assert output_tokens(real[1]["usage"]) == output_tokens(mocked[1]["usage"]) == 12
+
+
+def typed_events(chunks: list[dict]) -> tuple[list[str], dict[str, Any]]:
+    """A typed event stream's order of types (runs of one type as one) and each type's
+    shape (its first event's)."""
+    order: list[str] = []
+    shapes: dict[str, Any] = {}
+    for chunk in chunks:
+        kind = chunk["type"]
+        if not order or order[-1] != kind:
+            order.append(kind)
+        shapes.setdefault(kind, shape(chunk))
+    return order, shapes
+
+
+@pytest.mark.parametrize("path, make", ROUTES)
+async def test_streamed_chunks_have_the_same_fields(idle_engine, mock, path, make):
+    extra: dict[str, Any] = {"stream": True}
+    if path in ("/v1/chat/completions", "/v1/completions", "/invocations"):
+        extra["stream_options"] = {"include_usage": True}
+    real = await post(idle_engine.url, path, make(idle_engine, **extra))
+    mocked = await post(mock.url, path, make(mock, **extra))
+    assert real[0] == mocked[0] == 200
+    real_chunks, mock_chunks = real[2], mocked[2]
+    if "type" in real_chunks[0]:  # the Responses and Messages APIs name their events
+        assert typed_events(mock_chunks) == typed_events(real_chunks)
+        return
+    # The first chunk, a middle one, the last with a choice, and the usage chunk.
+    for pick in (0, 1, -2, -1):
+        assert shape(mock_chunks[pick]) == shape(real_chunks[pick]), pick
+    assert real_chunks[-1]["usage"]["completion_tokens"] == 12
+    assert mock_chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+async def test_a_bad_request_gets_the_same_error(idle_engine, mock):
+    bad = chat(idle_engine, max_tokens=idle_engine.settings.max_model_len * 2)
+    real = await post(idle_engine.url, "/v1/chat/completions", bad)
+    mocked = await post(mock.url, "/v1/chat/completions", bad)
+    assert real[0] == mocked[0] == 400
+    assert shape(mocked[1]) == shape(real[1])
+    assert mocked[1]["error"]["type"] == real[1]["error"]["type"]
+
+
+@pytest.mark.timeout(600)
+async def test_both_take_a_priority_and_queue_past_their_seats(idle_engine, mock):
+    seats = idle_engine.settings.max_num_seqs
+    for server in (idle_engine, mock):
+        long_ones = [
+            asyncio.create_task(
+                post(
+                    server.url,
+                    "/v1/chat/completions",
+                    {
+                        **chat(server, priority=i % 3),
+                        "messages": idle_engine.prompt_of(20, 200 + i),
+                        "max_tokens": 600,
+                    },
+                )
+            )
+            for i in range(seats + 2)
+        ]
+        # Neither refuses when full: both queue what their seats cannot take.
+        await until(lambda s=server: s.requests() == (seats, 2), 60, f"{server.url} queued")
+        for status, answer, _ in await asyncio.gather(*long_ones):
+            assert status == 200 and answer["usage"]["completion_tokens"] > 0

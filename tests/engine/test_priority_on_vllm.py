@@ -1,0 +1,119 @@
+"""vLLM's own scheduler ordered by the sidecar's tiers: with the engine under
+--scheduling-policy priority and engine.send_priority on, a P0 request sent behind a
+queue of P2 requests gets its first token before them, whatever priority the P2 clients
+asked for themselves (body `priority`, X-Vllm-Priority); with send_priority off, the
+engine serves them as they came."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from tests.engine.engine_client import until
+from tests.engine.stacks import LOAD_SOURCES, stack_in_front
+from tests.integration.helpers import failed_open
+
+pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
+
+KEYS = {"p0": "vllm-prio-p0", "p2": "vllm-prio-p2"}
+# Each long request ends ~200 tokens after the one before: seats come free one at a
+# time, the first after ~23 s, time enough to queue the others behind them (vLLM's
+# /metrics, which says they are queued, takes seconds while it decodes).
+RUNNING_TOKENS = (3_400, 3_600, 3_800, 4_000)
+WAITERS = 3
+# Each short answer holds its seat a few hundred ms: the next in line comes that much
+# later, so the order of first tokens is plain.
+SHORT_TOKENS = 64
+# Tiers as the test needs them: nothing shed for load (the seats are full on purpose),
+# buckets far larger than these prompts; first tokens timed as the engine sent them
+# (none sampled for TTFT, which would pass that stream's answer through the sidecar).
+CONFIG = {
+    "fleet": {"capacity_tokens_per_second": 10_000_000},
+    "slo": {"ttft_sample_rate": 0},
+    "tiers": {
+        "p1": {"shed_below_free_kv": None},
+        "p2": {"shed_below_free_kv": None, "shed_above_inflight": None},
+    },
+}
+
+
+@pytest.fixture(params=[(source, send) for source in LOAD_SOURCES for send in (True, False)])
+def prio_stack(request, idle_engine, tmp_path):
+    source, send_priority = request.param
+    tenants = {f"tenant-{tier}": (tier, key) for tier, key in KEYS.items()}
+    config = {**CONFIG, "engine": {"send_priority": send_priority}}
+    with stack_in_front(idle_engine, tmp_path, source, tenants, config) as stack:
+        yield stack, send_priority
+
+
+async def chat(session, stack, tier: str, body: dict, headers: dict | None = None) -> float:
+    """Send one request through Envoy; when its first token came (monotonic time)."""
+    async with session.post(
+        f"{stack.envoy_url}/v1/chat/completions",
+        json={"model": "mock-llm", "stream": True, **body},
+        headers={"Authorization": f"Bearer {KEYS[tier]}", **(headers or {})},
+    ) as response:
+        assert response.status == 200 and "x-qos-decision" not in response.headers
+        first = None
+        async for line in response.content:
+            if first is None and line.startswith(b"data: {") and b'"content"' in line:
+                first = time.monotonic()
+        assert first is not None
+        return first
+
+
+@pytest.mark.timeout(600)
+async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
+    prio_stack, idle_engine
+):
+    stack, send_priority = prio_stack
+    engine = idle_engine
+    seats = engine.settings.max_num_seqs
+    assert seats == len(RUNNING_TOKENS)
+    # Every prompt made first: nothing may block the loop that times the first tokens.
+    long_prompts = [engine.prompt_of(20, i) for i in range(seats)]
+    waiter_prompts = [engine.prompt_of(20, 10 + i) for i in range(WAITERS)]
+    p0_prompt = engine.prompt_of(20, 99)
+
+    async def requests() -> tuple[float, float]:
+        return await asyncio.to_thread(engine.requests)
+
+    async with aiohttp.ClientSession() as session:
+        running = [
+            asyncio.create_task(
+                chat(session, stack, "p2", {"messages": prompt, "max_tokens": tokens})
+            )
+            for prompt, tokens in zip(long_prompts, RUNNING_TOKENS, strict=True)
+        ]
+        await until(lambda: engine.requests()[0] == seats, 60, "every seat taken")
+        waiters = []
+        for i, prompt in enumerate(waiter_prompts):
+            # Each asks to go first, in the body and in vLLM's header.
+            body = {"messages": prompt, "max_tokens": SHORT_TOKENS, "priority": -100 - i}
+            waiters.append(
+                asyncio.create_task(
+                    chat(session, stack, "p2", body, {"X-Vllm-Priority": str(-100 - i)})
+                )
+            )
+            queued = i + 1
+            await until(lambda q=queued: engine.requests()[1] == q, 30, f"waiter {i} queued")
+        p0 = asyncio.create_task(
+            chat(session, stack, "p0", {"messages": p0_prompt, "max_tokens": SHORT_TOKENS})
+        )
+        await until(lambda: engine.requests()[1] == WAITERS + 1, 30, "P0 queued")
+        assert (await requests())[0] == seats  # nothing ended before all were queued
+        p0_first = await p0
+        waiter_firsts = [await waiter for waiter in waiters]
+        await asyncio.gather(*running)
+    # Every request decided by the sidecar: one Envoy sent on undecided would carry its
+    # client's own body priority.
+    assert failed_open(stack) == 0
+    if send_priority:
+        assert all(p0_first < first for first in waiter_firsts), (p0_first, waiter_firsts)
+    else:
+        assert all(p0_first > first for first in waiter_firsts), (p0_first, waiter_firsts)
+    # The waiters' own priorities changed nothing: they came in the order they were sent.
+    assert waiter_firsts == sorted(waiter_firsts)

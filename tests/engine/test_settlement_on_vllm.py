@@ -1,0 +1,82 @@
+"""Output settled from the real engine's answers: whole and streamed answers settle from
+vLLM's usage when it sends one and by the stream's size when not; a stream its client
+leaves is aborted by vLLM (its KV freed, its metrics say so) and gives its slot back."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.engine_client import until
+from tests.engine.stacks import LOAD_SOURCES, stack_in_front
+from tests.integration.helpers import chat_exchange, p1_in_flight, settlement_counts
+
+pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
+
+KEY = "vllm-settle-p1"
+ANSWER_TOKENS = 120  # the tiny model never ends early: every answer is this long
+# The size estimate takes a token's text as 4.2 bytes; the tiny model's noise is longer
+# or shorter than real text.
+ESTIMATE_TOLERANCE = 0.25
+
+
+@pytest.fixture(params=LOAD_SOURCES)
+def settle_stack(request, idle_engine, tmp_path):
+    config = {"tiers": {"p1": {"output_weight": 1.0}}}
+    tenants = {"settle": ("p1", KEY)}
+    with stack_in_front(idle_engine, tmp_path, request.param, tenants, config) as stack:
+        yield stack
+
+
+def body(engine, stream: bool, include_usage: bool = False) -> dict:
+    chat = {
+        "model": engine.settings.served_model,
+        "messages": engine.prompt_of(40),
+        "max_tokens": ANSWER_TOKENS,
+        "stream": stream,
+    }
+    if include_usage:
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+@pytest.mark.timeout(600)
+async def test_whole_and_streamed_answers_settle_from_vllm_s_usage(settle_stack, idle_engine):
+    reserved, exact, estimated = settlement_counts(settle_stack)
+    whole = await chat_exchange(settle_stack.envoy_url, KEY, body(idle_engine, stream=False))
+    streamed = await chat_exchange(
+        settle_stack.envoy_url, KEY, body(idle_engine, stream=True, include_usage=True)
+    )
+    for usage in (whole, streamed):
+        assert usage is not None and usage["completion_tokens"] == ANSWER_TOKENS, usage
+    await until(
+        lambda: settlement_counts(settle_stack)[1] == exact + 2 * ANSWER_TOKENS, 30, "settled"
+    )
+    assert settlement_counts(settle_stack) == (
+        reserved + 2 * ANSWER_TOKENS,
+        exact + 2 * ANSWER_TOKENS,
+        estimated,
+    )
+
+    # Without include_usage, vLLM sends none: the stream's size is the estimate.
+    assert await chat_exchange(settle_stack.envoy_url, KEY, body(idle_engine, stream=True)) is None
+    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled by estimate")
+    guess = settlement_counts(settle_stack)[2] - estimated
+    assert abs(guess - ANSWER_TOKENS) <= ESTIMATE_TOLERANCE * ANSWER_TOKENS, guess
+
+
+@pytest.mark.timeout(600)
+async def test_a_stream_its_client_leaves_frees_the_engine_and_its_slot(settle_stack, idle_engine):
+    engine = idle_engine
+    generated = engine.metric("vllm:generation_tokens_total")
+    reserved, exact, estimated = settlement_counts(settle_stack)
+    long_answer = {**body(engine, stream=True), "max_tokens": engine.settings.max_model_len - 100}
+    assert await chat_exchange(settle_stack.envoy_url, KEY, long_answer, leave_after=5) is None
+    await until(engine.idle, 60, "aborted")
+    await until(lambda: p1_in_flight(settle_stack) == 0, 30, "the slot given back")
+    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled")
+    now_reserved, now_exact, now_estimated = settlement_counts(settle_stack)
+    assert now_reserved == reserved + long_answer["max_tokens"]
+    assert now_exact == exact  # no usage came: charged what it was sent
+    made = engine.metric("vllm:generation_tokens_total") - generated
+    assert 0 < now_estimated - estimated < long_answer["max_tokens"]
+    assert made < long_answer["max_tokens"]  # vLLM stopped when the client left
