@@ -107,11 +107,12 @@ async def flood_beside_light_tenants(urls: dict[str, str]) -> None:
         assert served_share(mine) >= 0.95, (tenant, served_share(mine))
         before, during = median_latency(of(alone, tenant)), median_latency(mine)
         assert during <= 2 * before, (tenant, before, during)
-    # The tier's rate; A has what B, C and D leave of it (70 %).
+    # The tier's rate; A has what B, C and D leave of it: at least 70 %, more when a busy
+    # client sent some of theirs late (the tier's rate bounds it from above).
     expected = RATE * (WINDOW[1] - WINDOW[0])
     assert_the_tier_s_rate(tokens_in_window(flooded), expected)
     flood = tokens_in_window(of(flooded, "a"))
-    assert abs(flood / expected - 0.70) <= 0.05, (flood, expected)
+    assert flood / expected >= 0.70 - 0.05, (flood, expected)
 
 
 async def test_a_flood_cannot_take_the_tier_from_the_other_tenants(fair_stack):
