@@ -63,7 +63,8 @@ class Settings:
         "",
         "QOS_METRICS_DIALECT",
         "whose /metrics the server speaks: vllm, sglang, trtllm (trtllm-serve), triton "
-        "(Triton's TensorRT-LLM backend) or tgi; empty: found from the metrics themselves",
+        "(Triton's TensorRT-LLM backend), tgi or llamacpp (llama.cpp's llama-server); "
+        "empty: found from the metrics themselves",
     )
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
 

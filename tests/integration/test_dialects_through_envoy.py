@@ -1,7 +1,7 @@
 """Each model server's metric dialect, end to end: a mock GPU speaking it fills up, the
 reporter reads it (the dialect found from the exposition), and Envoy's clients see P2
-shed at the 15 % free-KV watermark; a TGI pod, which has no KV gauge, sheds P2 by the
-in-flight rule instead."""
+shed at the 15 % free-KV watermark; a TGI or llama.cpp pod, which has no KV gauge, sheds
+P2 by the in-flight rule instead."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ KV_DIALECTS = ("vllm", "sglang", "trtllm", "triton")
 MAX_CONCURRENCY = 10
 
 
-@pytest.fixture(scope="module", params=[*KV_DIALECTS, "tgi"])
+@pytest.fixture(scope="module", params=[*KV_DIALECTS, "tgi", "llamacpp"])
 def dialect_stack(request, tmp_path_factory):
     """One slow mock GPU speaking the dialect (a decode step every 2 s, prompts prefilled
     whole: a filler takes its blocks at once), its reporter, the sidecar, Envoy."""

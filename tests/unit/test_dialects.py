@@ -28,6 +28,12 @@ EXPECTED = {
     "triton-trtllm-0.17.prom": PodMetrics("triton", 3739 / 6239, 6239, 64, 22, 8, "tensorrt_llm"),
     "triton-trtllm-1.0.prom": PodMetrics("triton", 3743 / 6239, 6239, 64, 22, 5, "tensorrt_llm"),
     "tgi-3.prom": PodMetrics("tgi", None, 0, 0, 12, 4),
+    # Busy slots and deferred requests; the current release has no KV gauge.
+    "llamacpp-b11434.prom": PodMetrics("llamacpp", None, 0, 0, 4, 2),
+    # The release before had one: cells in use over the context.
+    "llamacpp-py0.3.9.prom": PodMetrics("llamacpp", 0.486511, 0, 0, 4, 2),
+    # Idle, its slots keep their last prompts' cells: free, not 28 % used.
+    "llamacpp-py0.3.9-idle.prom": PodMetrics("llamacpp", 0.0, 0, 0, 0, 0),
 }
 
 
@@ -110,7 +116,7 @@ def test_the_mock_speaks_each_dialect_as_its_reader_reads_it(dialect):
     found = read(generate_latest(registry).decode())
     assert found.dialect == dialect
     assert (found.running, found.waiting) == (1, 2)
-    if dialect == "tgi":
+    if dialect in ("tgi", "llamacpp"):  # llama-server's current release: no KV gauge
         assert found.kv_usage is None
     else:
         assert found.kv_usage == pytest.approx(63 / 1000)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sidecar.loops.dialects import sglang, tgi, triton, trtllm, vllm
+from sidecar.loops.dialects import llamacpp, sglang, tgi, triton, trtllm, vllm
 from sidecar.loops.dialects.base import MetricsUnreadable, PodMetrics, Samples
 from sidecar.loops.dialects.exposition import samples_of
 
@@ -27,7 +27,7 @@ class Dialect:
 
 DIALECTS = {
     module.NAME: Dialect(module.NAME, module.PREFIX, module.NAMES, module.parse)
-    for module in (vllm, sglang, trtllm, triton, tgi)
+    for module in (vllm, sglang, trtllm, triton, tgi, llamacpp)
 }
 
 
@@ -39,7 +39,7 @@ def read(text: str, dialect: str = "") -> PodMetrics:
         if candidate.speaks(text):
             return candidate.read(text)
     raise MetricsUnreadable(
-        "no model server's series (vllm:, sglang:, trtllm_, nv_trt_llm_, tgi_) in the "
-        "metrics: is vLLM started with --disable-log-stats? It removes every vllm: "
+        "no model server's series (vllm:, sglang:, trtllm_, nv_trt_llm_, tgi_, llamacpp:) "
+        "in the metrics: is vLLM started with --disable-log-stats? It removes every vllm: "
         "metric, and the reporter needs its KV-cache usage"
     )

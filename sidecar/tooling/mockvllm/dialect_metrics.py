@@ -22,6 +22,7 @@ class DialectCollector(Collector):
             "trtllm": self._trtllm,
             "triton": self._triton,
             "tgi": self._tgi,
+            "llamacpp": self._llamacpp,
         }[dialect]
 
     def collect(self) -> Iterator[Metric]:
@@ -116,5 +117,16 @@ class DialectCollector(Collector):
             (
                 ("tgi_batch_current_size", "Current batch size", running),
                 ("tgi_queue_size", "Current queue size", waiting),
+            ),
+        )
+
+    def _llamacpp(self) -> Iterator[Metric]:
+        """llama-server's current release: busy slots and deferred requests, no KV gauge."""
+        _, _, _, running, waiting = self._figures()
+        yield from self._gauges(
+            {},
+            (
+                ("llamacpp:requests_processing", "Number of requests processing", running),
+                ("llamacpp:requests_deferred", "Number of requests deferred", waiting),
             ),
         )

@@ -33,7 +33,7 @@ from sidecar.tooling.mockvllm.openai_shapes import ResponseShaper, error_body, u
 log = logging.getLogger(__name__)
 
 
-METRICS_DIALECTS = ("vllm", "sglang", "trtllm", "triton", "tgi")
+METRICS_DIALECTS = ("vllm", "sglang", "trtllm", "triton", "tgi", "llamacpp")
 # Above any body a gateway in front buffers (envoy.yaml: 4 MiB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -80,7 +80,7 @@ class Settings:
         "vllm",
         None,
         "whose /metrics to expose: vllm, sglang, trtllm (trtllm-serve), triton (Triton's "
-        "TensorRT-LLM backend) or tgi",
+        "TensorRT-LLM backend), tgi or llamacpp (llama-server's current release)",
     )
 
     def engine_config(self) -> EngineConfig:
