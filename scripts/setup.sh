@@ -54,3 +54,11 @@ print(" ".join(extras["engine"]))' "$ROOT/pyproject.toml")"
     >/dev/null 2>&1 || true
   echo "$wanted" >"$engine_venv/.installed"
 }
+
+# ensure_llama_server: llama.cpp's llama-server (its current release) and the tiny model
+# as GGUF, made once per machine into the engine cache (about 5 minutes the first time).
+ensure_llama_server() {
+  "$VENV/bin/python" -c 'from sidecar.tooling.engine import llamacpp
+print("llama-server:", llamacpp.server_binary(llamacpp.CURRENT))
+print("its model:", llamacpp.model())'
+}

