@@ -6,19 +6,33 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
+from sidecar.tooling.benchmarks import fleet
 from sidecar.tooling.benchmarks.promo import Settings, configuration
+from sidecar.tooling.benchmarks.traffic import CALLERS
+
+MOCKS = fleet.mocks(replicas=2, time_scale=1.0, chunked=True)
 
 
 def test_the_sale_sends_the_tiers_priorities_to_the_engines_by_default():
-    config = QosConfig.from_partial(configuration(Settings()))
+    config = QosConfig.from_partial(configuration(Settings(), MOCKS))
     assert config.engine.send_priority is True
     assert config.tiers[Tier.P2].max_prompt_tokens == 8192
     assert config.tiers[Tier.P1].output_weight == 0.0
+    assert config.fleet.capacity_tokens_per_second == pytest.approx(2 * 16_384)
+
+
+def test_a_fleet_of_shorter_prompts_caps_batch_prompts_as_much_shorter():
+    engines = fleet.Fleet("1 engine", "measured", fleet.scaled(CALLERS, 9), 5.0, prompt_scale=9)
+    config = QosConfig.from_partial(configuration(Settings(), engines))
+    assert config.tiers[Tier.P2].max_prompt_tokens == 8192 // 9
+    assert config.fleet.capacity_tokens_per_second == pytest.approx(
+        5.0 * sum(c.share * c.mean_prompt() for c in engines.callers)
+    )
 
 
 def test_flags_change_priority_output_weight_and_the_starting_shares():
     settings = Settings(engine_priority=False, output_weight=1.0, shares="0.40,0.45,0.15")
-    config = QosConfig.from_partial(configuration(settings))
+    config = QosConfig.from_partial(configuration(settings, MOCKS))
     assert config.engine.send_priority is False
     assert [config.tiers[t].share for t in Tier] == [0.40, 0.45, 0.15]
     assert config.tiers[Tier.P1].output_weight == config.tiers[Tier.P2].output_weight == 1.0
@@ -28,4 +42,4 @@ def test_flags_change_priority_output_weight_and_the_starting_shares():
 @pytest.mark.parametrize("shares", ["0.4,0.6", "a,b,c", "0.4,0.4,0.1,0.1"])
 def test_shares_are_three_numbers(shares):
     with pytest.raises(SystemExit, match="--shares"):
-        configuration(Settings(shares=shares))
+        configuration(Settings(shares=shares), MOCKS)

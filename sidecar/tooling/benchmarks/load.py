@@ -54,7 +54,7 @@ async def offer(
 
         async def one(request: PlannedRequest) -> None:
             await asyncio.sleep(max(0.0, started + request.at - time.monotonic()))
-            outcomes.append(await _send(session, url, request, started + request.at))
+            outcomes.append(await send(session, url, request, started + request.at))
 
         tasks = [asyncio.create_task(one(r)) for r in requests]
         reporter = asyncio.create_task(_report(on_progress, started, outcomes, len(tasks)))
@@ -73,7 +73,7 @@ async def _report(on_progress, started, outcomes, total) -> None:
         on_progress(time.monotonic() - started, outcomes, total)
 
 
-async def _send(
+async def send(
     session: aiohttp.ClientSession, url: str, request: PlannedRequest, planned: float
 ) -> Outcome:
     tier = request.caller.tier

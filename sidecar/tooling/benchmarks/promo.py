@@ -1,16 +1,18 @@
 """`qos-sidecar bench promo`: the flash sale, once without QoS and once with it.
 
 Starts the local stack on free ports (Redis, N mock vLLM replicas with priority
-scheduling and their reporters, the sidecar, Envoy) and a second Envoy with the same
-configuration minus QoS, in front of the same replicas. The same planned traffic (see
-sidecar.tooling.benchmarks.traffic), offered at `--overload` times what the fleet can prefill,
-goes first through qos-sidecar, then, once the GPUs have drained, straight through the
-Envoy without QoS. Prints a per-tier table; `--json` and `--plot` keep the figures.
+scheduling and their reporters, or with `--engine vllm` N engines of vLLM's CPU build;
+the sidecar, Envoy) and a second Envoy with the same configuration minus QoS, in front of
+the same replicas. The same planned traffic (see sidecar.tooling.benchmarks.traffic),
+offered at `--overload` times what the fleet serves of it (see fleet.py), goes first
+through qos-sidecar, then, once the GPUs have drained, straight through the Envoy without
+QoS. Prints a per-tier table; `--json` and `--plot` keep the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -30,28 +32,33 @@ from prometheus_client.samples import Sample
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
+from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks import report, screenshots
+from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
-from sidecar.tooling.benchmarks.traffic import (
-    CALLERS,
-    PlannedRequest,
-    capacity_rps,
-    mean_prompt_tokens,
-    plan,
-)
+from sidecar.tooling.benchmarks.traffic import PlannedRequest, mean_prompt_tokens, plan
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.processes import ManagedProcess, StackError
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
-PREFILL_TOKENS_PER_SECOND = 16_384.0  # the mock's default, per replica
 NO_QOS, QOS = "no QoS", "QoS"
 PROBE_KEY = "promo-probe"
 
 
 @dataclass(frozen=True)
 class Settings:
-    replicas: int = setting(2, None, "mock vLLM replicas, one simulated GPU each")
+    replicas: int = setting(2, None, "mock vLLM replicas (one simulated GPU each), or engines")
+    engine: str = setting(
+        "mock",
+        None,
+        "mock: the mock GPUs; vllm: vLLM's CPU build serving the tiny model (installed by "
+        "scripts/setup-engine.sh), the prompts scaled to fit it and its capacity measured "
+        "first",
+    )
+    measure_seconds: float = setting(
+        20.0, None, "with --engine vllm: how long the engines are kept full to measure them"
+    )
     overload: float = setting(2.5, None, "offered load, as a multiple of the fleet's capacity")
     seconds: float = setting(40.0, None, "how long each run offers load")
     timeout: float = setting(30.0, None, "a client gives up on a request after this long")
@@ -99,19 +106,18 @@ class Settings:
     )
 
 
-def configuration(settings: Settings) -> dict:
+def configuration(settings: Settings, fleet: Fleet) -> dict:
     """What a platform team sets for the sale: the fleet's real capacity; the tiers'
     priorities sent to the engines, which run vLLM's priority scheduling (without it a
     payment that reached a GPU waits behind every prompt admitted before it); batch told
     at once to come back later rather than held, and kept to prompts whose prefill cannot
-    stall payments for long."""
-    capacity = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
+    stall payments for long (scaled with the fleet's prompts)."""
     tiers: dict[str, dict] = {
         "p0": {},
         "p1": {"output_weight": settings.output_weight},
         "p2": {
             "burst_seconds": 6,
-            "max_prompt_tokens": 8192,
+            "max_prompt_tokens": 8192 // fleet.prompt_scale,
             "max_queue_wait_seconds": 0,
             "output_weight": settings.output_weight,
         },
@@ -119,7 +125,7 @@ def configuration(settings: Settings) -> dict:
     for tier, share in zip(tiers, _shares(settings.shares), strict=False):
         tiers[tier]["share"] = share
     return {
-        "fleet": {"capacity_tokens_per_second": capacity},
+        "fleet": {"capacity_tokens_per_second": fleet.capacity_tokens_per_second},
         "engine": {"send_priority": settings.engine_priority},
         "tiers": tiers,
     }
@@ -137,20 +143,20 @@ def _shares(given: str) -> list[float]:
     return shares
 
 
-def _traffic(settings: Settings, options: StackOptions) -> list[PlannedRequest]:
+def _traffic(settings: Settings, options: StackOptions, fleet: Fleet) -> list[PlannedRequest]:
     """The planned requests: the flash sale's mix, at --overload times the capacity of the
     fleet (or of the first pool; the others at --calm-load times theirs)."""
-    pool_prefill = settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale
-    capacity = capacity_rps(pool_prefill)
-    prefill = "chunked" if settings.chunked_prefill else "whole (unchunked)"
+    capacity = fleet.capacity_rps
     print(
-        f"flash sale: {settings.replicas} GPUs prefilling {pool_prefill:,.0f} tokens/s"
-        f"{' a pool' if settings.pools else ''}, prompts {prefill}, take {capacity:.1f} "
-        f"requests/s of this mix (mean prompt {mean_prompt_tokens():,.0f} tokens)",
+        f"flash sale: {fleet.description}{' a pool' if settings.pools else ''}, take "
+        f"{capacity:.1f} requests/s of this mix (mean prompt "
+        f"{mean_prompt_tokens(fleet.callers):,.0f} tokens)",
         flush=True,
     )
     if not settings.pools:
-        requests = plan(settings.overload * capacity, settings.seconds, settings.seed)
+        requests = plan(
+            settings.overload * capacity, settings.seconds, settings.seed, fleet.callers
+        )
         _say_offered("", settings.overload, capacity, settings.seconds, requests)
         return requests
     requests = []
@@ -158,7 +164,12 @@ def _traffic(settings: Settings, options: StackOptions) -> list[PlannedRequest]:
         load = settings.overload if index == 0 else settings.calm_load
         model = options.served_models(index * settings.replicas)[0]
         mine = plan(
-            load * capacity, settings.seconds, settings.seed + index, model=model, pool=pool
+            load * capacity,
+            settings.seconds,
+            settings.seed + index,
+            fleet.callers,
+            model=model,
+            pool=pool,
         )
         _say_offered(f"{pool} ({model}): ", load, capacity, settings.seconds, mine)
         requests += mine
@@ -190,7 +201,28 @@ def main(settings: Settings) -> int:
     # A SIGTERM stops the bench as Ctrl-C does: through the stack's clean-up, so the
     # servers it started do not outlive it.
     signal.signal(signal.SIGTERM, _interrupted)
+    if settings.engine not in ("mock", "vllm"):
+        raise SystemExit(f"--engine is mock or vllm, not {settings.engine!r}")
+    if settings.engine == "vllm" and settings.pools:
+        raise SystemExit("--pools are made of mocks: use them without --engine vllm")
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
+    with contextlib.ExitStack() as started:
+        try:
+            fleet = _fleet(settings, work, started)
+        except StackError as error:
+            print(f"the engines did not start: {error}")
+            return 1
+        return _sale(settings, fleet, work)
+
+
+def _fleet(settings: Settings, work: Path, started: contextlib.ExitStack) -> Fleet:
+    if settings.engine == "vllm":
+        return fleets.real_engines(settings.replicas, work, started, settings.measure_seconds)
+    return fleets.mocks(settings.replicas, settings.time_scale, settings.chunked_prefill)
+
+
+def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
+    """Both runs of the sale on this fleet; the table, the figures, the plot."""
     shed_log = work / "envoy-sheds.log"
     gateway = envoy_config.write(with_shed_log(envoy_config.load(), shed_log), work / "qos.yaml")
     options = StackOptions.on_free_ports(
@@ -206,16 +238,17 @@ def main(settings: Settings) -> int:
             "WARNING",
             "--chunked-prefill" if settings.chunked_prefill else "--no-chunked-prefill",
         ),
-        sidecar_args=("--log-level", "WARNING"),
+        sidecar_args=("--log-level", "WARNING", *fleet.sidecar_args),
+        **fleet.stack_overrides,
     )
-    requests = _traffic(settings, options)
+    requests = _traffic(settings, options, fleet)
     outcomes: dict[str, list[Outcome]] = {}
     probes: dict[str, dict] = {}
     settlement: dict[str, dict[str, float]] = {}
     try:
         with Stack(options) as stack:
-            stack.config.set(configuration(settings))
-            for caller in CALLERS:
+            stack.config.set(configuration(settings, fleet))
+            for caller in fleet.callers:
                 stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
             # The probes' tenant: refused by its own budget, so it takes nobody's.
             stack.config.tenant("probe", "p2", PROBE_KEY, rate_tokens_per_second=1)
@@ -286,11 +319,12 @@ def main(settings: Settings) -> int:
     print(f"(logs in {work})")
     timelines = {run: report.timeline(o, settings.seconds) for run, o in views.items()}
     if settings.json:
-        capacity = capacity_rps(settings.replicas * PREFILL_TOKENS_PER_SECOND / settings.time_scale)
         document: dict[str, Any] = {
             "settings": asdict(settings),
-            "capacity_rps": capacity,  # of the fleet, or of each pool
-            "offered_rps": settings.overload * capacity,  # to the fleet, or the first pool
+            "fleet": fleet.description,
+            "prompt_scale": fleet.prompt_scale,
+            "capacity_rps": fleet.capacity_rps,  # of the fleet, or of each pool
+            "offered_rps": settings.overload * fleet.capacity_rps,  # to it, or the first pool
             "runs": summaries,
             "grpc_probes": probes,
             "gateway_shed_ms": gateway_sheds,
@@ -304,10 +338,9 @@ def main(settings: Settings) -> int:
 
         prefill = "chunked" if settings.chunked_prefill else "unchunked"
         where = (
-            f"{settings.replicas} mock GPUs"
+            fleet.name
             if not settings.pools
-            else f"pool-a ({settings.replicas} mock GPUs; the other pools at "
-            f"{settings.calm_load:g}x)"
+            else f"pool-a ({fleet.name}; the other pools at {settings.calm_load:g}x)"
         )
         title = (
             f"Flash sale at {settings.overload:g}x capacity on {where}, {prefill} prefill"
