@@ -50,17 +50,13 @@ def prio_stack(request, idle_engine, tmp_path):
 
 
 async def chat(session, stack, tier: str, body: dict, headers: dict | None = None) -> float:
-    """Send one request through Envoy; when its first token came (monotonic time), or,
-    not streamed, its answer."""
+    """Send one request through Envoy; when its first token came (monotonic time)."""
     async with session.post(
         f"{stack.envoy_url}/v1/chat/completions",
         json={"model": "mock-llm", "stream": True, **body},
         headers={"Authorization": f"Bearer {KEYS[tier]}", **(headers or {})},
     ) as response:
         assert response.status == 200 and "x-qos-decision" not in response.headers
-        if body.get("stream") is False:
-            await response.read()
-            return time.monotonic()
         first = None
         async for line in response.content:
             if first is None and line.startswith(b"data: {") and b'"content"' in line:
@@ -88,16 +84,9 @@ async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
     # No client gives up: the long answers take what the machine makes them take (the
     # test's own timeout bounds it).
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
-        # Not streamed: vLLM's API server, which shares the cores, has thousands of
-        # chunks less to send, and does not fall behind the short answers' first tokens.
         running = [
             asyncio.create_task(
-                chat(
-                    session,
-                    stack,
-                    "p2",
-                    {"messages": prompt, "max_tokens": tokens, "stream": False},
-                )
+                chat(session, stack, "p2", {"messages": prompt, "max_tokens": tokens})
             )
             for prompt, tokens in zip(long_prompts, RUNNING_TOKENS, strict=True)
         ]
