@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -18,17 +21,28 @@ from tests.engine.engine_client import Engine
 SETTINGS = vllm.EngineSettings(max_model_len=4096, max_num_seqs=4)
 
 
+@contextmanager
+def serving(settings: vllm.EngineSettings, work_dir: Path) -> Iterator[Engine]:
+    """An engine of these settings, started for the block and stopped after it."""
+    with vllm.serving(settings, work_dir) as (url, _process):
+        yield Engine(url, settings)
+
+
+def idle(engine: Engine) -> Engine:
+    """The engine once nothing runs or waits on it: what a test before sent is over."""
+    asyncio.run(engine.wait_idle())
+    return engine
+
+
 @pytest.fixture(scope="package")
 def engine(tmp_path_factory):
     if url := os.environ.get("QOS_TEST_ENGINE_URL"):
         yield Engine(url, SETTINGS)
         return
-    with vllm.serving(SETTINGS, tmp_path_factory.mktemp("engine")) as (url, _process):
-        yield Engine(url, SETTINGS)
+    with serving(SETTINGS, tmp_path_factory.mktemp("engine")) as started:
+        yield started
 
 
 @pytest.fixture
 def idle_engine(engine):
-    """The engine with nothing running or waiting: what a test before it sent is over."""
-    asyncio.run(engine.wait_idle())
-    return engine
+    return idle(engine)

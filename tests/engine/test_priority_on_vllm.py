@@ -12,6 +12,8 @@ import time
 import aiohttp
 import pytest
 
+from sidecar.tooling.engine import vllm
+from tests.engine.conftest import idle, serving
 from tests.engine.engine_client import until
 from tests.engine.stacks import LOAD_SOURCES, stack_in_front
 from tests.integration.helpers import failed_open
@@ -19,10 +21,13 @@ from tests.integration.helpers import failed_open
 pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
 
 KEYS = {"p0": "vllm-prio-p0", "p2": "vllm-prio-p2"}
-# Each long request ends ~200 tokens after the one before: seats come free one at a
-# time, the first after ~23 s, time enough to queue the others behind them (vLLM's
-# /metrics, which says they are queued, takes seconds while it decodes).
-RUNNING_TOKENS = (3_400, 3_600, 3_800, 4_000)
+# Each long request ends ~400 tokens after the one before: seats come free one at a
+# time, well apart, the first after ~30 s, time enough to queue the others behind them
+# (vLLM's /metrics, which says they are queued, takes seconds while it decodes). The
+# session's engine holds 4 096 tokens a sequence, answered in ~15 s: too soon; this
+# module's engine holds the tiny model's whole context.
+RUNNING_TOKENS = (6_800, 7_200, 7_600, 8_000)
+SETTINGS = vllm.EngineSettings(max_model_len=8_192, max_num_seqs=4)
 WAITERS = 3
 # Each short answer holds its seat a few hundred ms: the next in line comes that much
 # later, so the order of first tokens is plain.
@@ -40,12 +45,23 @@ CONFIG = {
 }
 
 
+@pytest.fixture(scope="module")
+def long_engine(tmp_path_factory):
+    with serving(SETTINGS, tmp_path_factory.mktemp("long-engine")) as started:
+        yield started
+
+
+@pytest.fixture
+def idle_long_engine(long_engine):
+    return idle(long_engine)
+
+
 @pytest.fixture(params=[(source, send) for source in LOAD_SOURCES for send in (True, False)])
-def prio_stack(request, idle_engine, tmp_path):
+def prio_stack(request, idle_long_engine, tmp_path):
     source, send_priority = request.param
     tenants = {f"tenant-{tier}": (tier, key) for tier, key in KEYS.items()}
     config = {**CONFIG, "engine": {"send_priority": send_priority}}
-    with stack_in_front(idle_engine, tmp_path, source, tenants, config) as stack:
+    with stack_in_front(idle_long_engine, tmp_path, source, tenants, config) as stack:
         yield stack, send_priority
 
 
@@ -67,10 +83,10 @@ async def chat(session, stack, tier: str, body: dict, headers: dict | None = Non
 
 @pytest.mark.timeout(600)
 async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
-    prio_stack, idle_engine
+    prio_stack, idle_long_engine
 ):
     stack, send_priority = prio_stack
-    engine = idle_engine
+    engine = idle_long_engine
     seats = engine.settings.max_num_seqs
     assert seats == len(RUNNING_TOKENS)
     # Every prompt made first: nothing may block the loop that times the first tokens.
