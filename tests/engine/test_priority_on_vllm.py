@@ -21,17 +21,18 @@ from tests.integration.helpers import failed_open
 pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
 
 KEYS = {"p0": "vllm-prio-p0", "p2": "vllm-prio-p2"}
-# Each long request ends ~400 tokens after the one before: seats come free one at a
-# time, well apart, the first after ~30 s, time enough to queue the others behind them
-# (vLLM's /metrics, which says they are queued, takes seconds while it decodes). The
-# session's engine holds 4 096 tokens a sequence, answered in ~15 s: too soon; this
+# The first seat comes free after 3 000 tokens, time enough to see the others queued
+# behind it (vLLM's /metrics, which says they are queued, is slow while it decodes). The
+# other seats stay taken until every request in line has had its first token: that one
+# seat serves the line one at a time, in the engine's own order, and each answer in
+# line holds it 1 500 tokens (~6 s here), far longer than the seconds for which the
+# path from vLLM's API server to the client can stall and then hand over at once what
+# came meanwhile. The session's engine holds 4 096 tokens a sequence: too few; this
 # module's engine holds the tiny model's whole context.
-RUNNING_TOKENS = (6_800, 7_200, 7_600, 8_000)
+RUNNING_TOKENS = (3_000, 8_000, 8_000, 8_000)
 SETTINGS = vllm.EngineSettings(max_model_len=8_192, max_num_seqs=4)
 WAITERS = 3
-# Each short answer holds its seat a few hundred ms: the next in line comes that much
-# later, so the order of first tokens is plain.
-SHORT_TOKENS = 64
+IN_LINE_TOKENS = 1_500
 # Tiers as the test needs them: nothing shed for load (the seats are full on purpose),
 # buckets far larger than these prompts; first tokens timed as the engine sent them
 # (none sampled for TTFT, which would pass that stream's answer through the sidecar).
@@ -66,13 +67,17 @@ def prio_stack(request, idle_long_engine, tmp_path):
 
 
 async def chat(session, stack, tier: str, body: dict, headers: dict | None = None) -> float:
-    """Send one request through Envoy; when its first token came (monotonic time)."""
+    """Send one request through Envoy; when its first token came (monotonic time), or,
+    not streamed, its answer."""
     async with session.post(
         f"{stack.envoy_url}/v1/chat/completions",
         json={"model": "mock-llm", "stream": True, **body},
         headers={"Authorization": f"Bearer {KEYS[tier]}", **(headers or {})},
     ) as response:
         assert response.status == 200 and "x-qos-decision" not in response.headers
+        if body.get("stream") is False:
+            await response.read()
+            return time.monotonic()
         first = None
         async for line in response.content:
             if first is None and line.startswith(b"data: {") and b'"content"' in line:
@@ -100,9 +105,16 @@ async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
     # No client gives up: the long answers take what the machine makes them take (the
     # test's own timeout bounds it).
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+        # The seats' holders not streamed: their thousands of tokens cost vLLM's API server
+        # and this client nothing until they end.
         running = [
             asyncio.create_task(
-                chat(session, stack, "p2", {"messages": prompt, "max_tokens": tokens})
+                chat(
+                    session,
+                    stack,
+                    "p2",
+                    {"messages": prompt, "max_tokens": tokens, "stream": False},
+                )
             )
             for prompt, tokens in zip(long_prompts, RUNNING_TOKENS, strict=True)
         ]
@@ -110,7 +122,7 @@ async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
         waiters = []
         for i, prompt in enumerate(waiter_prompts):
             # Each asks to go first, in the body and in vLLM's header.
-            body = {"messages": prompt, "max_tokens": SHORT_TOKENS, "priority": -100 - i}
+            body = {"messages": prompt, "max_tokens": IN_LINE_TOKENS, "priority": -100 - i}
             waiters.append(
                 asyncio.create_task(
                     chat(session, stack, "p2", body, {"X-Vllm-Priority": str(-100 - i)})
@@ -119,7 +131,7 @@ async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
             queued = i + 1
             await until(lambda q=queued: engine.requests()[1] == q, 30, f"waiter {i} queued")
         p0 = asyncio.create_task(
-            chat(session, stack, "p0", {"messages": p0_prompt, "max_tokens": SHORT_TOKENS})
+            chat(session, stack, "p0", {"messages": p0_prompt, "max_tokens": IN_LINE_TOKENS})
         )
         await until(lambda: engine.requests()[1] == WAITERS + 1, 30, "P0 queued")
         assert (await requests())[0] == seats  # nothing ended before all were queued
