@@ -58,6 +58,15 @@ class SidecarMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25),
             registry=self.registry,
         )
+        self.queue_wait_error = Histogram(
+            "qos_queue_wait_error_seconds",
+            "Waited minus foreseen seconds of requests admitted from the queue whose wait "
+            "was foreseen (those foreseen too long were answered at once: "
+            "reason shed_queue_foreseen; those that waited it out: shed_queue_timeout).",
+            ["tier", "pool"],
+            buckets=(-5, -2.5, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
         self.exchange_ends = Counter(
             "qos_exchange_ends",
             "Admitted exchanges whose end gave their slot back, by tier and how they ended.",

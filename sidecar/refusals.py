@@ -20,6 +20,8 @@ class Reason(enum.StrEnum):
     SHED_INFLIGHT = "shed_inflight"
     SHED_QUEUE_FULL = "shed_queue_full"
     SHED_QUEUE_TIMEOUT = "shed_queue_timeout"
+    # Answered at once: its wait for a slot was foreseen to outlast what it may wait.
+    SHED_QUEUE_FORESEEN = "shed_queue_foreseen"
     SHED_NO_REPORTS = "shed_no_reports"
     SHED_CORE_ONLY = "shed_core_only"
     SHED_FORCED = "shed_forced"

@@ -147,3 +147,26 @@ def test_p0_keeps_its_share_however_long_everyone_else_has_waited(promoted, p1, 
     # The starving (the oldest first: here P1's) do move, at their share; a promoted P1
     # release counts towards P1's share too.
     assert len(released) - released.count(Tier.P0) >= int(max(promoted, p1) * rounds) - 1
+
+
+def test_a_hurried_waiter_goes_first_when_its_wait_ends_sooner():
+    scheduler = Scheduler(NO_AGING)
+    for i in range(3):
+        scheduler.add(Waiter(Tier.P1, "a", i, deadline=i + 5.0))
+    late = Waiter(Tier.P1, "b", 3, deadline=9.0, hurried=True)  # ends after a's first
+    soon = Waiter(Tier.P1, "c", 4, deadline=4.5, hurried=True)
+    sooner = Waiter(Tier.P1, "c", 5, deadline=4.0, hurried=True)  # behind c's own, sooner
+    for w in (late, soon, sooner):
+        scheduler.add(w)
+    order = drain(scheduler)
+    assert order[:2] == [sooner, soon]  # earliest deadline first, across arrival order
+    assert order.index(late) > 2  # a's first (deadline 5) went before it
+    assert len(order) == 6
+
+
+def test_without_hurried_waiters_the_order_is_unchanged():
+    plain, dated = Scheduler(NO_AGING), Scheduler(NO_AGING)
+    for i, tenant in enumerate("aabcab"):
+        plain.add(waiter(Tier.P2, tenant, at=i))
+        dated.add(Waiter(Tier.P2, tenant, i, deadline=10.0 - i))
+    assert [w.tenant for w in drain(plain)] == [w.tenant for w in drain(dated)]

@@ -35,6 +35,7 @@ from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.budget_wait import BudgetWaiters
 from sidecar.request.admission.budgets import budget_buckets, budget_reason, too_big, waiting_key
 from sidecar.request.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.request.admission.patience import max_wait
 from sidecar.request.admission.reading import client_input, upgrades
 from sidecar.request.admission.refunds import BucketLevels, Refunds
 from sidecar.request.admission.request import AdmissionRequest, charged, pool_for
@@ -131,7 +132,10 @@ class AdmissionDecider:
                 tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
                 guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
                 cost = price(tier_config, tokens, parsed.output)
-            admission = AdmissionRequest(request, snapshot, identity, parsed, guarded, pool, cost)
+            wait = max_wait(request.headers, tier_config)
+            admission = AdmissionRequest(
+                request, snapshot, identity, parsed, guarded, pool, cost, wait
+            )
             return await self._admit_completion(admission)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
@@ -194,13 +198,12 @@ class AdmissionDecider:
         if not request.tier_config.sheddable:
             _confirm(projected, verdict.recorded_ms)
             return await self._take_slot(request, Admitted.OVER_BUDGET)
-        max_wait = request.tier_config.max_queue_wait_seconds
         waiting = waiting_key(refused)
         ahead = self._budget_waiters.ahead(waiting, refused.rate)
-        if self._queue is not None and verdict.retry_after + ahead <= max_wait:
+        if self._queue is not None and verdict.retry_after + ahead <= request.max_wait:
             return Hold(
                 lambda: self._wait_for_budget(request, waiting, buckets, verdict),
-                max_wait,
+                request.max_wait,
                 tier=request.tier.value,
             )
         return request.refuse(budget_reason(verdict))
@@ -220,7 +223,7 @@ class AdmissionDecider:
     ) -> Final:
         """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
         started = self._clock()
-        deadline = started + request.tier_config.max_queue_wait_seconds
+        deadline = started + request.max_wait
         cost = request.charge.reserved
 
         async def ask() -> Verdict:
@@ -254,10 +257,15 @@ class AdmissionDecider:
         )
         if slot is not None:
             return self._admit_with_slot(request, reason, slot.id, 0.0)
-        max_wait = request.tier_config.max_queue_wait_seconds
+        if request.max_wait <= 0:  # its client will not wait at all
+            return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
+        # Answered at once when its wait is foreseen to outlast what it may wait.
+        foreseen = self._queue.foreseen_wait(request.tier, request.pool)
+        if foreseen is not None and foreseen > request.max_wait:
+            return request.refuse(Reason.SHED_QUEUE_FORESEEN)
         return Hold(
-            lambda: self._wait_for_slot(request, max_wait, self._clock(), reason),
-            max_wait,
+            lambda: self._wait_for_slot(request, request.max_wait, self._clock(), reason, foreseen),
+            request.max_wait,
             tier=request.tier.value,
         )
 
@@ -267,6 +275,7 @@ class AdmissionDecider:
         max_wait: float,
         started: float,
         reason: Admitted = Admitted.ADMITTED,
+        foreseen: float | None = None,
     ) -> Final:
         assert self._queue is not None
         try:
@@ -277,6 +286,7 @@ class AdmissionDecider:
                 request.parsed.stream,
                 request.pool,
                 request.reservation,
+                hurried=request.max_wait < request.tier_config.max_queue_wait_seconds,
             )
         except QueueFull:
             self._refunds.give_all_back(request.reservation)
@@ -284,14 +294,22 @@ class AdmissionDecider:
         if slot is None:
             self._refunds.give_all_back(request.reservation)
             return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
-        return self._admit_with_slot(request, reason, slot.id, self._clock() - started)
+        waited = self._clock() - started
+        return self._admit_with_slot(request, reason, slot.id, waited, foreseen)
 
     def _admit_with_slot(
-        self, request: AdmissionRequest, reason: Admitted, slot: str, waited: float
+        self,
+        request: AdmissionRequest,
+        reason: Admitted,
+        slot: str,
+        waited: float,
+        foreseen: float | None = None,
     ) -> Admit:
         admitted = admit(
             request.view, request.identity, request.engine(), reason, slot, waited, request.pool
         )
+        if foreseen is not None:
+            admitted = dataclasses.replace(admitted, foreseen_wait=foreseen)
         if request.parsed.stream and request.view.response_watched:
             # Time this stream's first token: its response body will be watched.
             return dataclasses.replace(admitted, time_first_byte=True)

@@ -32,6 +32,7 @@ class AdmissionRequest:
     body: dict[str, Any] | None  # the body to forward instead, when it changed
     pool: Pool  # the pool serving the request's model
     charge: Charge  # what it costs its budgets
+    max_wait: float  # seconds it may wait for admission (patience.py)
     reservation: Reservation | None = None  # what it took, when it is settled at its end
 
     @property

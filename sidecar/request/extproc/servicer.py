@@ -76,3 +76,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
             self._metrics.decider_errors.inc()
         if isinstance(decision, Admit) and decision.queue_wait is not None:
             self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)
+            if decision.foreseen_wait is not None:
+                self._metrics.queue_wait_error.labels(decision.tier, decision.pool).observe(
+                    decision.queue_wait - decision.foreseen_wait
+                )

@@ -48,6 +48,7 @@ class Admit:
     pool: str = ""  # the model pool that serves it ("" when none was resolved)
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
+    foreseen_wait: float | None = None  # seconds its wait was foreseen to take, if it was
     time_first_byte: bool = False  # watch the response body for the first token's time
     reroute: bool = False  # the headers set choose the route: Envoy must choose it again
     route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged

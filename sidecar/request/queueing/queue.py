@@ -24,6 +24,7 @@ from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.request.policy.cost import Reservation
+from sidecar.request.queueing.forecast import ReleaseRate, foreseen_wait
 from sidecar.request.queueing.peers import PeerRegistry
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
 from sidecar.request.queueing.slots import Slot, SlotTable
@@ -57,6 +58,7 @@ class AdmissionQueue:
         self._pools: dict[str, Pool] = {}  # the latest settings of each pool seen
         self._resolved: tuple[QosConfig, Pools] | None = None
         self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
+        self._release_rates: dict[str, ReleaseRate] = {}
         self._background = Background()
         self.reclaimed = 0
 
@@ -78,6 +80,7 @@ class AdmissionQueue:
                 self._resolved = (config, resolve_pools(config))
             pool = self._resolved[1].default
         self._pools[pool.name] = pool
+        self._release_rate(pool.name)  # its rate is over the time since it was first seen
         return pool
 
     # -- capacity -------------------------------------------------------------------------
@@ -131,14 +134,20 @@ class AdmissionQueue:
         stream: bool = False,
         pool: Pool | None = None,
         reservation: Reservation | None = None,
+        hurried: bool = False,
     ) -> Slot | None:
-        """A slot within `max_wait` seconds, or None."""
+        """A slot within `max_wait` seconds, or None. A `hurried` waiter (its client asked
+        to wait less than its tier allows) goes before its tier's others whose wait ends
+        later than its own."""
         pool = self._pool(pool)
         scheduler = self._scheduler(pool.name)
         if scheduler.waiting(tier) >= pool.tiers[tier].max_queue_length:
             raise QueueFull
         scheduler.config = self._config().queue
-        waiter = Waiter(tier, tenant, self._clock(), stream=stream, reservation=reservation)
+        now = self._clock()
+        waiter = Waiter(
+            tier, tenant, now, stream, reservation, deadline=now + max_wait, hurried=hurried
+        )
         future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._futures[waiter] = (future, pool.name)
         scheduler.add(waiter)
@@ -163,8 +172,20 @@ class AdmissionQueue:
     def release(self, slot_id: str) -> Slot | None:
         slot = self.slots.release(slot_id)
         if slot is not None:
+            self._release_rate(slot.pool).note()
             self.dispatch(slot.pool)
         return slot
+
+    def _release_rate(self, pool: str) -> ReleaseRate:
+        if pool not in self._release_rates:
+            self._release_rates[pool] = ReleaseRate(self._clock)
+        return self._release_rates[pool]
+
+    def foreseen_wait(self, tier: Tier, pool: Pool | None = None) -> float | None:
+        """Seconds a newcomer of `tier` would wait for a slot of `pool` (forecast.py);
+        None until the pool's releases tell."""
+        pool = self._pool(pool)
+        return foreseen_wait(self._scheduler(pool.name), tier, self._release_rate(pool.name))
 
     def dispatch(self, pool_name: str | None = None) -> None:
         """Hand free slots to waiters, in each pool's scheduler's order (one pool's only,

@@ -10,11 +10,14 @@ Shares are kept as credit: each release while someone is entitled earns the shar
 whole credit is a release. So P0 keeps at least 1 - promoted_share - p1_min_share of the
 releases whenever it waits, however long the overload lasts.
 Inside a tier, tenants take turns (round robin), so one tenant's burst cannot fill its
-tier's releases; each tenant's own requests stay in arrival order.
+tier's releases; each tenant's own requests stay in arrival order. A waiter whose client
+asked to wait less than the tier allows (hurried) goes first when its wait ends before
+that of the waiter whose turn it is: earliest deadline first, then arrival.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +41,8 @@ class Waiter:
     passed_over: int = 0
     released_at: float | None = None
     promoted: bool = field(default=False)
+    deadline: float = math.inf  # when its wait runs out
+    hurried: bool = False  # its client asked for a shorter wait than its tier's
 
 
 class TierQueue:
@@ -46,6 +51,7 @@ class TierQueue:
     def __init__(self) -> None:
         self._tenants: OrderedDict[str, deque[Waiter]] = OrderedDict()
         self._size = 0
+        self._hurried = 0
 
     def __len__(self) -> int:
         return self._size
@@ -57,12 +63,16 @@ class TierQueue:
     def add(self, waiter: Waiter) -> None:
         self._tenants.setdefault(waiter.tenant, deque()).append(waiter)
         self._size += 1
+        self._hurried += waiter.hurried
 
     def head(self) -> Waiter | None:
-        """The next waiter in turn: the first waiter of the tenant whose turn it is."""
-        for waiters in self._tenants.values():
-            return waiters[0]
-        return None
+        """The next waiter: the first of the tenant whose turn it is, unless a hurried
+        waiter's wait ends before that one's."""
+        in_turn = next((waiters[0] for waiters in self._tenants.values()), None)
+        if in_turn is None or not self._hurried:
+            return in_turn
+        hurried = min((w for w in self if w.hurried), key=lambda w: (w.deadline, w.sequence))
+        return hurried if hurried.deadline < in_turn.deadline else in_turn
 
     def oldest(self) -> Waiter | None:
         heads = [waiters[0] for waiters in self._tenants.values()]
@@ -75,6 +85,7 @@ class TierQueue:
         was_first = waiters[0] is waiter
         waiters.remove(waiter)
         self._size -= 1
+        self._hurried -= waiter.hurried
         if not waiters:
             del self._tenants[waiter.tenant]
         elif was_first and next(iter(self._tenants)) == waiter.tenant:

@@ -7,7 +7,8 @@ const TIERS = ["p0", "p1", "p2"];
 // Short names for the charts' labels; the line on top says them in full.
 const SHORT = {
   shed_kv_watermark: "KV low", shed_inflight: "in flight", shed_tier_budget: "budget",
-  shed_fair_share: "fair share", shed_queue_full: "queue full", shed_queue_timeout: "queue wait",
+  shed_fair_share: "fair share", shed_queue_full: "queue full", shed_queue_timeout: "waited out",
+  shed_queue_foreseen: "wait foreseen",
   shed_no_reports: "no reports", shed_core_only: "core-only", shed_forced: "by hand",
   tenant_rate_limited: "rate limit", cost_exceeds_burst: "over burst",
   prompt_too_long: "prompt too long", invalid_request: "invalid", unauthenticated: "no key",

@@ -1,0 +1,29 @@
+"""How long a request may wait for admission: its tier's max_queue_wait_seconds, or less
+when its client says so (X-QoS-Max-Wait-Ms: a whole number of milliseconds from its
+arrival). A client cannot ask for more than its tier allows; 0 asks to be served at once
+or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sidecar.config.schema import TierConfig
+from sidecar.refusals import Reason, Refusal
+
+MAX_WAIT_HEADER = "x-qos-max-wait-ms"
+
+
+def max_wait(headers: Mapping[str, str], tier: TierConfig) -> float:
+    """Seconds the request may wait (headers by lower-case name)."""
+    limit = tier.max_queue_wait_seconds
+    asked = headers.get(MAX_WAIT_HEADER)
+    if asked is None:
+        return limit
+    text = asked.strip()
+    if not text.isdigit() or not text.isascii():
+        raise Refusal(
+            Reason.INVALID_REQUEST,
+            f"The header {MAX_WAIT_HEADER} must be a whole number of milliseconds "
+            f"(0 or more), not {asked[:40]!r}.",
+        )
+    return min(limit, int(text) / 1000)

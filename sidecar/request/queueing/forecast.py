@@ -1,0 +1,72 @@
+"""How long a newcomer would wait for a slot, foreseen from the queue ahead of it and its
+pool's recent rate of releases. Pure: no I/O, the clock given.
+
+wait = releases it needs / releases per second.
+- Releases it needs: the waiters of the tiers above it and of its own, and itself (strict
+  priority). P1 is served at least its `p1_min_share` of the releases while it waits, so
+  it needs no more than (its tier's waiters + 1) / share.
+- Releases per second: slots given back in the pool over the last `window` seconds. With
+  fewer than `min_releases` seen there is no estimate: the newcomer waits as before.
+Arrivals of higher tiers after it and promotions of starving waiters are not foreseen:
+they make a wait longer than foreseen (qos_queue_wait_error_seconds measures by how much).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from sidecar.config.base import Tier
+from sidecar.request.queueing.scheduler import PRIORITY, Scheduler
+
+WINDOW_SECONDS = 10.0
+MIN_RELEASES = 4
+
+
+class ReleaseRate:
+    """Slots given back in one pool per second, over a sliding window."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        window: float = WINDOW_SECONDS,
+        min_releases: int = MIN_RELEASES,
+    ) -> None:
+        self._clock = clock
+        self._window = window
+        self._min_releases = min_releases
+        self._times: deque[float] = deque()
+        self._first_seen = clock()
+
+    def note(self) -> None:
+        self._times.append(self._clock())
+
+    def per_second(self) -> float | None:
+        """None while too few releases were seen to tell."""
+        now = self._clock()
+        while self._times and self._times[0] < now - self._window:
+            self._times.popleft()
+        if len(self._times) < self._min_releases:
+            return None
+        # A pool watched for less than the window has its rate over the time watched.
+        watched = min(self._window, now - self._first_seen)
+        return len(self._times) / watched if watched > 0 else None
+
+
+def releases_needed(scheduler: Scheduler, tier: Tier) -> float:
+    """Releases until a newcomer of `tier` is served, as the queue stands."""
+    own = scheduler.waiting(tier) + 1
+    above = sum(scheduler.waiting(t) for t in PRIORITY[: PRIORITY.index(tier)])
+    needed = float(above + own)
+    share = scheduler.config.p1_min_share
+    if tier is Tier.P1 and share > 0:
+        needed = min(needed, own / share)
+    return needed
+
+
+def foreseen_wait(scheduler: Scheduler, tier: Tier, rate: ReleaseRate) -> float | None:
+    """Seconds a newcomer of `tier` would wait; None when the rate is not known yet."""
+    per_second = rate.per_second()
+    if per_second is None:
+        return None
+    return releases_needed(scheduler, tier) / per_second

@@ -1,0 +1,169 @@
+"""Waits foreseen at admission and waits the client asks for: the forecast from the queue
+and the release rate, the header, and the decider that answers at once what would only
+wait out its time."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig, QueueConfig, TierConfig
+from sidecar.config.store import Snapshot
+from sidecar.refusals import Refusal
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.admission.patience import MAX_WAIT_HEADER, max_wait
+from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.policy.decision import Admit, Hold, Respond
+from sidecar.request.queueing.forecast import ReleaseRate, foreseen_wait, releases_needed
+from sidecar.request.queueing.queue import AdmissionQueue
+from sidecar.request.queueing.scheduler import Scheduler, Waiter
+from tests.unit.test_admission_decider import TENANTS, FakeLimiter, chat, lookup
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_no_rate_until_enough_releases_were_seen():
+    clock = Clock()
+    rate = ReleaseRate(clock, window=10, min_releases=4)
+    for _ in range(3):
+        clock.now += 1
+        rate.note()
+    assert rate.per_second() is None
+    clock.now += 1
+    rate.note()
+    assert rate.per_second() == pytest.approx(4 / 4)  # watched for 4 s, not the window
+
+
+def test_the_rate_counts_the_window_s_releases_only():
+    clock = Clock()
+    rate = ReleaseRate(clock, window=10, min_releases=4)
+    clock.now += 20
+    for _ in range(20):  # 20 releases in the last 2 s
+        clock.now += 0.1
+        rate.note()
+    assert rate.per_second() == pytest.approx(20 / 10)
+    clock.now += 9  # the first ten fall out of the window
+    assert rate.per_second() == pytest.approx(11 / 10)
+
+
+def queue_of(**waiting: int) -> Scheduler:
+    scheduler = Scheduler(QueueConfig(p1_min_share=0.2))
+    for tier_name, count in waiting.items():
+        for _ in range(count):
+            scheduler.add(Waiter(Tier(tier_name), "t", 0.0))
+    return scheduler
+
+
+def test_a_newcomer_waits_for_the_tiers_above_and_its_own():
+    scheduler = queue_of(p0=3, p1=2, p2=7)
+    assert releases_needed(scheduler, Tier.P0) == 4
+    assert releases_needed(scheduler, Tier.P2) == 3 + 2 + 7 + 1
+
+
+def test_p1_needs_no_more_than_its_min_share_gives_it():
+    scheduler = queue_of(p0=50, p1=1)
+    assert releases_needed(scheduler, Tier.P1) == pytest.approx(2 / 0.2)
+    assert releases_needed(queue_of(p0=2, p1=1), Tier.P1) == 4  # fewer by strict order
+
+
+def test_the_wait_is_the_releases_needed_at_the_rate_seen():
+    clock = Clock()
+    rate = ReleaseRate(clock, window=10, min_releases=4)
+    scheduler = queue_of(p2=9)
+    assert foreseen_wait(scheduler, Tier.P2, rate) is None
+    for _ in range(50):  # 5 a second
+        clock.now += 0.2
+        rate.note()
+    assert foreseen_wait(scheduler, Tier.P2, rate) == pytest.approx(10 / 5)
+
+
+def test_a_client_may_ask_to_wait_less_never_more():
+    tier = TierConfig(share=0.3, max_queue_wait_seconds=5)
+    assert max_wait({}, tier) == 5
+    assert max_wait({MAX_WAIT_HEADER: "1500"}, tier) == 1.5
+    assert max_wait({MAX_WAIT_HEADER: " 0 "}, tier) == 0
+    assert max_wait({MAX_WAIT_HEADER: "60000"}, tier) == 5
+    for bad in ("-1", "1.5", "soon", "", "١٢"):
+        with pytest.raises(Refusal, match=MAX_WAIT_HEADER):
+            max_wait({MAX_WAIT_HEADER: bad}, tier)
+
+
+def decider_with_clock(clock: Clock, **config) -> tuple[AdmissionDecider, AdmissionQueue]:
+    qos = QosConfig.from_partial({"fleet": {"max_concurrency": 1}, **config})
+    snapshot = Snapshot(1, qos, TENANTS)
+    admission = AdmissionQueue(lambda: qos, clock=clock)
+    decider = AdmissionDecider(
+        lambda: snapshot,
+        IdentityResolver(lookup),
+        FakeLimiter(),
+        estimate_text_tokens,
+        queue=admission,
+        clock=clock,
+    )
+    return decider, admission
+
+
+async def released_every(decider: AdmissionDecider, admission: AdmissionQueue, clock, seconds):
+    """Ten P0 requests served one after another, each holding the one slot `seconds`."""
+    for _ in range(10):
+        taken = await decider.decide(chat("k-p0"))
+        assert isinstance(taken, Admit)
+        clock.now += seconds
+        admission.release(taken.slot)
+
+
+@pytest.mark.asyncio
+async def test_a_wait_foreseen_longer_than_the_tier_allows_is_answered_at_once():
+    clock = Clock()
+    decider, admission = decider_with_clock(clock)
+    await released_every(decider, admission, clock, 3.0)  # one release every 3 s
+    busy = await decider.decide(chat("k-p0"))
+    assert isinstance(busy, Admit)
+    # P2 may wait 2 s; the next release is foreseen in 2.5 (4 in the last 10 s).
+    shed = await decider.decide(chat("k-p2"))
+    assert isinstance(shed, Respond) and shed.reason == "shed_queue_foreseen"
+    assert shed.status == 200  # its tier's fallback, as after a wait
+    # P0 may wait 10 s: it is held, and told what its wait was foreseen to be.
+    held = await decider.decide(chat("k-p0"))
+    assert isinstance(held, Hold)
+
+
+@pytest.mark.asyncio
+async def test_a_wait_foreseen_within_the_limit_is_held_and_its_forecast_kept():
+    clock = Clock()
+    decider, admission = decider_with_clock(clock)
+    await released_every(decider, admission, clock, 0.5)  # two releases a second
+    busy = await decider.decide(chat("k-p0"))
+    held = await decider.decide(chat("k-p2"))
+    assert isinstance(held, Hold)
+    resumed = held.resume()
+    admission.release(busy.slot)
+    final = await resumed
+    assert isinstance(final, Admit) and final.foreseen_wait == pytest.approx(0.5)
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_will_not_wait_is_answered_at_once_when_no_slot_is_free():
+    clock = Clock()
+    decider, _ = decider_with_clock(clock)
+    free = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "0"}))
+    assert isinstance(free, Admit)  # a free slot needs no wait
+    shed = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "0"}))
+    assert isinstance(shed, Respond) and shed.reason == "shed_queue_timeout"
+    short = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "300"}))
+    assert isinstance(short, Hold) and short.max_wait == 0.3
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_wait_is_refused_in_the_api_s_shape():
+    decider, _ = decider_with_clock(Clock())
+    bad = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "soon"}))
+    assert isinstance(bad, Respond) and (bad.status, bad.reason) == (400, "invalid_request")
+    assert MAX_WAIT_HEADER.encode() in bad.body
