@@ -182,6 +182,10 @@ class QueueConfig(Strict):
     p1_min_share: Annotated[float, Field(ge=0, le=1)] = 0.2
     # A slot whose end Envoy never reported is taken back after this long.
     slot_lease_seconds: Annotated[float, Field(gt=0)] = 900.0
+    # Foresee a newcomer's wait for a slot (the queue ahead of it over the pool's recent
+    # releases a second) and give it its fallback at once when that outlasts what it may
+    # wait. false: every request waits its time out, as before forecasts.
+    foresee_waits: bool = True
 
 
 class EngineConfig(Strict):

@@ -167,3 +167,13 @@ async def test_a_malformed_wait_is_refused_in_the_api_s_shape():
     bad = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "soon"}))
     assert isinstance(bad, Respond) and (bad.status, bad.reason) == (400, "invalid_request")
     assert MAX_WAIT_HEADER.encode() in bad.body
+
+
+@pytest.mark.asyncio
+async def test_with_forecasts_off_every_request_waits_its_time_out():
+    clock = Clock()
+    decider, admission = decider_with_clock(clock, queue={"foresee_waits": False})
+    await released_every(decider, admission, clock, 3.0)
+    await decider.decide(chat("k-p0"))
+    held = await decider.decide(chat("k-p2"))
+    assert isinstance(held, Hold) and held.max_wait == 2.0

@@ -260,7 +260,11 @@ class AdmissionDecider:
         if request.max_wait <= 0:  # its client will not wait at all
             return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
         # Answered at once when its wait is foreseen to outlast what it may wait.
-        foreseen = self._queue.foreseen_wait(request.tier, request.pool)
+        foreseen = (
+            self._queue.foreseen_wait(request.tier, request.pool)
+            if request.snapshot.config.queue.foresee_waits
+            else None
+        )
         if foreseen is not None and foreseen > request.max_wait:
             return request.refuse(Reason.SHED_QUEUE_FORESEEN)
         return Hold(
