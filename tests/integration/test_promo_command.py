@@ -1,4 +1,4 @@
-"""`qos-sidecar bench promo`, run for a few seconds on fast mock GPUs: both runs happen,
+"""`qos-sidecar bench promo`, run for a few seconds on fast mock GPUs: the runs happen,
 the same traffic goes through each, and the table, JSON and plot come out."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
         [
             sys.executable, "-m", "sidecar", "bench", "promo",
             "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
+            "--runs", "qos,qos-no-forecast,no-qos",
             "--json", str(figures), "--plot", str(picture),
         ],
         capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
@@ -32,13 +33,21 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
     assert "QoS: Envoy timed the P2 sheds at p50" in result.stdout
     gateway_p2 = saved["gateway_shed_ms"]["p2"]
     assert 0 < gateway_p2["p50_ms"] <= gateway_p2["p99_ms"]
-    assert set(runs) == {"QoS", "no QoS"}
+    assert set(runs) == {"QoS", "QoS, no forecast", "no QoS"}
     for tier in ("p0", "p1", "p2"):
         offered = runs["QoS"][tier]["offered"]
         assert offered > 0 and runs["no QoS"][tier]["offered"] == offered  # same traffic
         for run in runs.values():
             row = run[tier]
             assert row["served"] + row["shed"] + row["errors"] == row["offered"]
+            assert row["within_slo"] + row["late"] == row["served"]
+            assert row["shed_fast"] + row["shed_after_wait"] == row["shed"]
+    # The mock GPUs' own count of their busy time, over the sale.
+    for run in runs:
+        assert 0 < saved["gpu_busy_share"][run] <= 1, saved["gpu_busy_share"]
+    assert "the GPUs were busy" in result.stdout
+    unforeseen = [line for line in result.stdout.splitlines() if line.startswith("QoS, no f")]
+    assert not any("shed_queue_foreseen" in line for line in unforeseen)
     assert runs["no QoS"]["p2"]["shed"] == 0  # nothing sheds without QoS
     assert runs["QoS"]["p0"]["served"] == runs["QoS"]["p0"]["offered"]
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -51,16 +51,20 @@ def outcome(tier, result, at=0.0, seconds=0.01, ttft=None, tpot=None) -> Outcome
 def test_the_summary_counts_outcomes_and_takes_percentiles_per_tier():
     outcomes = [outcome("p0", SERVED, ttft=t / 1000, tpot=0.02) for t in range(1, 101)]
     outcomes += [outcome("p2", SHED, seconds=0.002)] * 3 + [outcome("p2", ERROR)]
-    summary = report.summarize(outcomes)
+    outcomes += [outcome("p2", SHED, seconds=2.0)]
+    summary = report.summarize(outcomes, {"p0": 60, "p1": 3000, "p2": 10_000})
     p0, p2 = summary["p0"], summary["p2"]
     assert (p0["offered"], p0["served"], p0["shed"], p0["errors"]) == (100, 100, 0, 0)
+    assert (p0["within_slo"], p0["late"]) == (60, 40)  # first tokens after 1..100 ms
     assert p0["ttft_p50_ms"] == pytest.approx(50) and p0["ttft_p99_ms"] == pytest.approx(99)
     assert p0["shed_p99_ms"] is None
-    assert (p2["offered"], p2["shed"], p2["errors"]) == (4, 3, 1)
-    assert p2["shed_p99_ms"] == pytest.approx(2.0) and p2["ttft_p50_ms"] is None
+    assert (p2["offered"], p2["shed"], p2["errors"]) == (5, 4, 1)
+    assert (p2["shed_fast"], p2["shed_after_wait"]) == (3, 1)
+    assert p2["shed_p50_ms"] == pytest.approx(2.0) and p2["ttft_p50_ms"] is None
     table = report.table({"QoS": summary})
-    assert "| QoS | P0 | 100 | 100 | 0 | 0 | 50 ms | 99 ms |" in table
+    assert "| QoS | P0 | 100 | 100 | 60 | 40 | 0 | 0 | 0 | 50 ms | 99 ms |" in table
     assert table.count("\n") == 4  # header, rule, three tiers
+    assert report.summarize(outcomes)["p0"]["within_slo"] is None  # no targets given
 
 
 def test_the_timeline_bins_by_planned_start():

@@ -29,11 +29,13 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks import report, screenshots
+from sidecar.tooling.benchmarks.busy import BusyShare
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
@@ -43,6 +45,8 @@ from sidecar.tooling.stack.processes import ManagedProcess, StackError
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
 NO_QOS, QOS = "no QoS", "QoS"
+# The sale through the sidecar with its wait forecast off (queue.foresee_waits).
+QOS_NO_FORECAST = "QoS, no forecast"
 PROBE_KEY = "promo-probe"
 
 
@@ -95,7 +99,9 @@ class Settings:
         "P0,P1,P2 shares to start from, e.g. 0.40,0.45,0.15: as far as the SLO controller "
         "lends P0's budget (default: the tiers' defaults)",
     )
-    runs: str = setting("qos,no-qos", None, "which runs, in this order: qos, no-qos")
+    runs: str = setting(
+        "qos,no-qos", None, "which runs, in this order: qos, qos-no-forecast, no-qos"
+    )
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
     screenshots: str = setting(
@@ -245,6 +251,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     outcomes: dict[str, list[Outcome]] = {}
     probes: dict[str, dict] = {}
     settlement: dict[str, dict[str, float]] = {}
+    busy_shares: dict[str, float | None] = {}
     try:
         with Stack(options) as stack:
             stack.config.set(configuration(settings, fleet))
@@ -256,10 +263,14 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             port, admin_port = free_port(), free_port()
             plain = envoy_config.without_qos(stack.envoy_config(port, admin_port))
             stack.processes.append(start_envoy(plain, work, admin_port, name="envoy-no-qos"))
-            urls = {NO_QOS: f"http://127.0.0.1:{port}", QOS: stack.envoy_url}
+            urls = {NO_QOS: f"http://127.0.0.1:{port}"}
+            urls |= dict.fromkeys((QOS, QOS_NO_FORECAST), stack.envoy_url)
             for run in _runs(settings.runs):
                 url = urls[run]
-                admin = stack.sidecar_admin_url if run == QOS else ""
+                admin = stack.sidecar_admin_url if run != NO_QOS else ""
+                if run != NO_QOS:
+                    forecast = {"queue": {"foresee_waits": run == QOS}}
+                    stack.config.set({**configuration(settings, fleet), **forecast})
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
                 probing = _start_probes(targets, settings.seconds) if run == QOS else {}
@@ -271,9 +282,11 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                         f"{stack.sidecar_admin_url}/dashboard",
                         Path(settings.screenshots),
                     )
+                busy = BusyShare(stack.engine_urls, settings.seconds).start()
                 outcomes[run] = asyncio.run(
                     offer(url, requests, settings.timeout, _progress(run, settings.seconds, admin))
                 )
+                busy_shares[run] = busy.share()
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 if shots is not None:
                     shots.join(timeout=120)  # before the stack they look at stops
@@ -286,9 +299,14 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         print(f"the stack did not start: {error}")
         return 1
     views = _by_pool(outcomes, options.pool_names)
-    summaries = {run: report.summarize(result) for run, result in views.items()}
+    slo_targets = QosConfig().slo.targets
+    ttft_slo_ms = {tier: slo_targets[Tier(tier)].ttft_ms for tier in report.TIERS}
+    summaries = {run: report.summarize(result, ttft_slo_ms) for run, result in views.items()}
     print()
     print(report.table(summaries))
+    for run, share in busy_shares.items():
+        if share is not None:
+            print(f"{run}: the GPUs were busy {share:.1%} of the sale's {settings.seconds:g} s")
     for run, result in views.items():
         reasons = Counter(o.detail for o in result if o.result == SHED)
         if reasons:
@@ -329,6 +347,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             "grpc_probes": probes,
             "gateway_shed_ms": gateway_sheds,
             "output_settlement": settlement,
+            "gpu_busy_share": busy_shares,
             "timelines": timelines,
         }
         Path(settings.json).write_text(json.dumps(document, indent=1))
@@ -430,11 +449,13 @@ def _probe_result(process: subprocess.Popen) -> dict:
 
 
 def _runs(names: str) -> list[str]:
-    known = {"no-qos": NO_QOS, "qos": QOS}
+    known = {"no-qos": NO_QOS, "qos": QOS, "qos-no-forecast": QOS_NO_FORECAST}
     runs = [name.strip() for name in names.split(",") if name.strip()]
     unknown = [name for name in runs if name not in known]
     if unknown or not runs:
-        raise SystemExit(f"--runs takes no-qos and qos, comma-separated; not {unknown or names!r}")
+        raise SystemExit(
+            f"--runs takes {', '.join(known)}, comma-separated; not {unknown or names!r}"
+        )
     return [known[name] for name in runs]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome
 
@@ -19,16 +19,33 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return ordered[rank - 1] * 1000
 
 
-def summarize(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
+# A shed answered this fast was decided at once; slower, the request waited first.
+FAST_SHED_SECONDS = 0.010
+
+
+def summarize(
+    outcomes: list[Outcome], ttft_slo_ms: Mapping[str, float] | None = None
+) -> dict[str, dict[str, float | int | None]]:
+    """Per tier; with the tiers' TTFT targets, the served split into within them
+    (goodput) and late."""
     summary = {}
     for tier in TIERS:
         mine = [o for o in outcomes if o.tier == tier]
         served = [o for o in mine if o.result == SERVED]
         shed = [o for o in mine if o.result == SHED]
+        fast = sum(o.seconds <= FAST_SHED_SECONDS for o in shed)
+        good = None
+        if ttft_slo_ms is not None:
+            target = ttft_slo_ms[tier] / 1000
+            good = sum(o.ttft is not None and o.ttft <= target for o in served)
         summary[tier] = {
             "offered": len(mine),
             "served": len(served),
+            "within_slo": good,
+            "late": None if good is None else len(served) - good,
             "shed": len(shed),
+            "shed_fast": fast,
+            "shed_after_wait": len(shed) - fast,
             "errors": sum(o.result == ERROR for o in mine),
             "ttft_p50_ms": percentile((o.ttft for o in served if o.ttft is not None), 50),
             "ttft_p99_ms": percentile((o.ttft for o in served if o.ttft is not None), 99),
@@ -43,7 +60,10 @@ def summarize(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None
 COLUMNS = (
     ("offered", "offered", "{}"),
     ("served", "served", "{}"),
-    ("shed", "shed", "{}"),
+    ("within_slo", "within SLO", "{}"),
+    ("late", "late", "{}"),
+    ("shed_fast", "shed ≤ 10 ms", "{}"),
+    ("shed_after_wait", "shed later", "{}"),
     ("errors", "errors", "{}"),
     ("ttft_p50_ms", "TTFT p50", "{:.0f} ms"),
     ("ttft_p99_ms", "TTFT p99", "{:.0f} ms"),

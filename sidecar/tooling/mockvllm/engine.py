@@ -142,6 +142,7 @@ class Engine:
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.busy_seconds = 0.0  # computing steps, in the wall clock's seconds
         self.on_finish: Callable[[Sequence], None] | None = None
 
     # -- the API the HTTP layer uses ------------------------------------------------
@@ -309,6 +310,7 @@ class Engine:
         return True
 
     async def _wait(self, seconds: float) -> None:
+        self.busy_seconds += seconds * self.config.time_scale
         await self._sleep(seconds * self.config.time_scale)
 
     def _admit_waiting(self) -> list[Sequence]:

@@ -62,6 +62,12 @@ class EngineCollector(Collector):
                 "Number of generation tokens processed.",
                 engine.generation_tokens_total,
             ),
+            (
+                # The mock's own, not vLLM's: how busy its "GPU" was (bench promo).
+                "mock:engine_busy_seconds",
+                "Seconds the engine spent computing steps (wall clock, time scale applied).",
+                engine.busy_seconds,
+            ),
         )
         for kind, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
             for name, doc, value in rows:

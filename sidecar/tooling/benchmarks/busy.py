@@ -1,0 +1,62 @@
+"""How busy the engines were during a sale: the mock engines count the seconds they spend
+computing steps (`mock:engine_busy_seconds_total`); over the sale's seconds and engines,
+that is the GPUs' busy share, so shedding more than the GPUs needed shows as idle GPUs.
+Engines that keep no such count (vLLM itself) give no share."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+
+BUSY_METRIC = "mock:engine_busy_seconds_total"
+
+
+def busy_seconds(engine_urls: Sequence[str]) -> float | None:
+    """The engines' busy seconds so far, summed; None if one does not count them."""
+    total = 0.0
+    for url in engine_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(BUSY_METRIC)
+        ]
+        if not values:
+            return None
+        total += sum(values)
+    return total
+
+
+class BusyShare:
+    """The engines' busy share over the `seconds` after start(), read in a thread of its
+    own at the end of those seconds (the sale's tail, after them, is left out)."""
+
+    def __init__(self, engine_urls: Sequence[str], seconds: float) -> None:
+        self._urls = list(engine_urls)
+        self._seconds = seconds
+        self._first: float | None = None
+        self._span: tuple[float, float] | None = None  # (busy seconds, wall seconds)
+        self._thread = threading.Thread(target=self._read_at_the_end, daemon=True)
+
+    def start(self) -> BusyShare:
+        self._started = time.monotonic()
+        self._first = busy_seconds(self._urls)
+        self._thread.start()
+        return self
+
+    def _read_at_the_end(self) -> None:
+        time.sleep(max(0.0, self._started + self._seconds - time.monotonic()))
+        last = busy_seconds(self._urls)
+        if self._first is not None and last is not None:
+            self._span = (last - self._first, time.monotonic() - self._started)
+
+    def share(self) -> float | None:
+        """Busy seconds per engine and wall second, 0 to 1; None when not counted."""
+        self._thread.join()
+        if self._span is None or not self._urls:
+            return None
+        busy, wall = self._span
+        return busy / (wall * len(self._urls))
