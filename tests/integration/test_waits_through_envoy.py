@@ -15,7 +15,7 @@ from openai import AsyncOpenAI
 
 from sidecar.request.admission.patience import MAX_WAIT_HEADER
 from tests.integration.helpers import stack_with_tenants, wait_until
-from tests.integration.test_queueing_through_envoy import chat, post, sidecar_gauges
+from tests.integration.test_queueing_through_envoy import chat, sidecar_gauges
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -37,8 +37,14 @@ def wait_stack(tmp_path_factory):
 @contextlib.asynccontextmanager
 async def the_one_slot_held(session, stack):
     """A long stream holds the only slot until the block ends (its client leaves)."""
-    async with post(session, stack, "p1", chat(20_000, stream=True)) as holder:
+    async with session.post(
+        f"{stack.envoy_url}/v1/chat/completions",
+        json=chat(20_000, stream=True),
+        headers={"Authorization": f"Bearer {KEYS['p1']}"},
+    ) as holder:
+        assert "x-qos-decision" not in holder.headers  # admitted, not shed
         await holder.content.readline()
+        assert sidecar_gauges(stack)[0] == 1
         yield
     await wait_until(lambda: sidecar_gauges(stack) == (0, 0), what="all given back")
 

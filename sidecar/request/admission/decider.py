@@ -6,9 +6,10 @@ route ─▶ identify ─▶ read the body ─▶ guards ─▶ overload shed? �
                                          slot free? ─▶ admit │ else wait in the queue
 
 Beside it: request.py (the request as it goes through), budgets.py (the buckets it is
-charged to), budget_wait.py (waiting for a bucket to refill), refunds.py (budget given
-back), tagging.py (what an admitted request carries upstream), reading.py (what the
-client sent and the sidecar cannot read), sampling.py (which responses are timed).
+charged to), budget_wait.py (waiting for a bucket to refill), slot_wait.py (taking a slot
+or waiting for one), patience.py (how long it may wait), refunds.py (budget given back),
+tagging.py (what an admitted request carries upstream), reading.py (what the client sent
+and the sidecar cannot read), sampling.py (which responses are timed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sidecar.request.admission.reading import client_input, upgrades
 from sidecar.request.admission.refunds import BucketLevels, Refunds
 from sidecar.request.admission.request import AdmissionRequest, charged, pool_for
 from sidecar.request.admission.sampling import ResponseSampler
+from sidecar.request.admission.slot_wait import SlotWait
 from sidecar.request.admission.tagging import admit, shadowed
 from sidecar.request.bodies.parsed import ResponseShape
 from sidecar.request.bodies.read import read
@@ -47,7 +49,6 @@ from sidecar.request.limiter.buckets import BucketSpec, Limiter, Owner, Verdict
 from sidecar.request.openai_api.prompt import TextCounter
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import (
-    Admit,
     Admitted,
     Decision,
     Final,
@@ -57,7 +58,7 @@ from sidecar.request.policy.decision import (
 )
 from sidecar.request.policy.guards import apply_guards
 from sidecar.request.policy.responses import respond
-from sidecar.request.queueing.queue import AdmissionQueue, QueueFull
+from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.routes.kinds import RouteKind
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class AdmissionDecider:
         self.bucket_levels: BucketLevels = {}
         self._refunds = Refunds(limiter, self.bucket_levels)
         self.give_back = self._refunds.give_back
+        self._slots = SlotWait(queue, self._refunds, clock)
 
     def watch_response(self) -> bool:
         return self._sampler.watch()
@@ -182,10 +184,10 @@ class AdmissionDecider:
             # Budgets are shared through Redis; without it, admit rather than refuse all.
             log.warning("limiter unavailable, admitting: %s", error)
             _confirm(projected, recorded_ms=0)
-            return await self._take_slot(request, Admitted.LIMITER_UNAVAILABLE)
+            return await self._slots.take(request, Admitted.LIMITER_UNAVAILABLE)
         if verdict.allowed:
             _confirm(projected, verdict.recorded_ms)
-            return await self._take_slot(request.reserved(buckets))
+            return await self._slots.take(request.reserved(buckets))
         refused = verdict.refused or buckets[0]
         if verdict.retry_after is None:
             raise too_big(request.identity, cost, refused)
@@ -197,7 +199,7 @@ class AdmissionDecider:
             )
         if not request.tier_config.sheddable:
             _confirm(projected, verdict.recorded_ms)
-            return await self._take_slot(request, Admitted.OVER_BUDGET)
+            return await self._slots.take(request, Admitted.OVER_BUDGET)
         waiting = waiting_key(refused)
         ahead = self._budget_waiters.ahead(waiting, refused.rate)
         if self._queue is not None and verdict.retry_after + ahead <= request.max_wait:
@@ -240,84 +242,7 @@ class AdmissionDecider:
         verdict = await self._budget_waiters.wait(cost, key, verdict, deadline, ask)
         if not verdict.allowed:
             return request.refuse(budget_reason(verdict))
-        return await self._wait_for_slot(
-            request.reserved(buckets), deadline - self._clock(), started
-        )
-
-    async def _take_slot(
-        self, request: AdmissionRequest, reason: Admitted = Admitted.ADMITTED
-    ) -> Decision:
-        if self._queue is None:
-            return admit(
-                request.view, request.identity, request.engine(), reason, pool=request.pool
-            )
-        stream = request.parsed.stream
-        slot = self._queue.try_take(
-            request.tier, request.identity.tenant_label, stream, request.pool, request.reservation
-        )
-        if slot is not None:
-            return self._admit_with_slot(request, reason, slot.id, 0.0)
-        if request.max_wait <= 0:  # its client will not wait at all
-            return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
-        # Answered at once when its wait is foreseen to outlast what it may wait.
-        foreseen = (
-            self._queue.foreseen_wait(request.tier, request.pool)
-            if request.snapshot.config.queue.foresee_waits
-            else None
-        )
-        if foreseen is not None and foreseen > request.max_wait:
-            return request.refuse(Reason.SHED_QUEUE_FORESEEN)
-        return Hold(
-            lambda: self._wait_for_slot(request, request.max_wait, self._clock(), reason, foreseen),
-            request.max_wait,
-            tier=request.tier.value,
-        )
-
-    async def _wait_for_slot(
-        self,
-        request: AdmissionRequest,
-        max_wait: float,
-        started: float,
-        reason: Admitted = Admitted.ADMITTED,
-        foreseen: float | None = None,
-    ) -> Final:
-        assert self._queue is not None
-        try:
-            slot = await self._queue.wait(
-                request.tier,
-                request.identity.tenant_label,
-                max_wait,
-                request.parsed.stream,
-                request.pool,
-                request.reservation,
-                hurried=request.max_wait < request.tier_config.max_queue_wait_seconds,
-            )
-        except QueueFull:
-            self._refunds.give_all_back(request.reservation)
-            return request.refuse(Reason.SHED_QUEUE_FULL)
-        if slot is None:
-            self._refunds.give_all_back(request.reservation)
-            return request.refuse(Reason.SHED_QUEUE_TIMEOUT)
-        waited = self._clock() - started
-        return self._admit_with_slot(request, reason, slot.id, waited, foreseen)
-
-    def _admit_with_slot(
-        self,
-        request: AdmissionRequest,
-        reason: Admitted,
-        slot: str,
-        waited: float,
-        foreseen: float | None = None,
-    ) -> Admit:
-        admitted = admit(
-            request.view, request.identity, request.engine(), reason, slot, waited, request.pool
-        )
-        if foreseen is not None:
-            admitted = dataclasses.replace(admitted, foreseen_wait=foreseen)
-        if request.parsed.stream and request.view.response_watched:
-            # Time this stream's first token: its response body will be watched.
-            return dataclasses.replace(admitted, time_first_byte=True)
-        return admitted
+        return await self._slots.wait(request.reserved(buckets), deadline - self._clock(), started)
 
 
 def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:

@@ -183,7 +183,9 @@ class AdmissionQueue:
 
     def foreseen_wait(self, tier: Tier, pool: Pool | None = None) -> float | None:
         """Seconds a newcomer of `tier` would wait for a slot of `pool` (forecast.py);
-        None until the pool's releases tell."""
+        None until the pool's releases tell, or with forecasts off."""
+        if not self._config().queue.foresee_waits:
+            return None
         pool = self._pool(pool)
         return foreseen_wait(self._scheduler(pool.name), tier, self._release_rate(pool.name))
 
