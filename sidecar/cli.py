@@ -19,7 +19,7 @@ from sidecar.options import add_arguments, from_args
 COMMANDS = {
     "serve": ("sidecar.server", "run the ext_proc sidecar (gRPC) and its admin HTTP server"),
     "up": (
-        "sidecar.tooling.stack.up",
+        "sidecar.tooling.up",
         "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas",
     ),
     "mock-vllm": ("sidecar.tooling.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
