@@ -13,17 +13,18 @@ from collections.abc import Sequence
 BUSY_METRIC = "mock:engine_busy_seconds_total"
 
 
+def metric_values(engine_url: str, names: tuple[str, ...]) -> list[float]:
+    """The values of an engine's /metrics lines that start with one of `names`."""
+    with urllib.request.urlopen(f"{engine_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(names)]
+
+
 def busy_seconds(engine_urls: Sequence[str]) -> float | None:
     """The engines' busy seconds so far, summed; None if one does not count them."""
     total = 0.0
     for url in engine_urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        values = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(BUSY_METRIC)
-        ]
+        values = metric_values(url, (BUSY_METRIC,))
         if not values:
             return None
         total += sum(values)

@@ -35,7 +35,7 @@ from sidecar.options import setting
 from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks import report, screenshots
-from sidecar.tooling.benchmarks.busy import BusyShare
+from sidecar.tooling.benchmarks.busy import BusyShare, metric_values
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
@@ -493,10 +493,5 @@ def _wait_until_idle(engine_urls: Sequence[str], within: float = 120.0) -> None:
 
 
 def _requests_on(mock_url: str) -> float:
-    with urllib.request.urlopen(f"{mock_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))
-    )
+    running = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    return sum(metric_values(mock_url, running))
