@@ -182,9 +182,12 @@ class QueueConfig(Strict):
     p1_min_share: Annotated[float, Field(ge=0, le=1)] = 0.2
     # A slot whose end Envoy never reported is taken back after this long.
     slot_lease_seconds: Annotated[float, Field(gt=0)] = 900.0
-    # Foresee a newcomer's wait for a slot (the queue ahead of it over the pool's recent
-    # releases a second) and give it its fallback at once when that outlasts what it may
-    # wait. false: every request waits its time out, as before forecasts.
+    # Foresee a newcomer's wait (for a slot: the queue ahead of it over the pool's recent
+    # releases a second; for budget: the line ahead of it over the bucket's rate) and
+    # give it its fallback at once when that outlasts what it may wait; cap a stream's
+    # wait at what its TTFT target leaves; while a line waits for a tier's budget, answer
+    # at once a request dearer than that budget serves. false: every request waits its
+    # time out.
     foresee_waits: bool = True
 
 

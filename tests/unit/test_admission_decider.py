@@ -338,10 +338,11 @@ async def test_a_bucket_that_refills_soon_is_waited_for():
 
 
 @pytest.mark.asyncio
-async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_in_time():
-    # P2's bucket refills 250 tokens a second; each request costs 104 (0.42 s of it), and
-    # the bucket is said to hold it again in 1.8 s: one waiter fits in P2's 2 s, not two.
-    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=1.8))
+async def test_a_newcomer_waits_behind_those_waiting_for_budget_without_asking_first():
+    # P2's bucket refills 250 tokens a second; each request costs 104 (0.42 s of it).
+    # The first is told the bucket holds it again in 1.2 s: a second fits in P2's 2 s
+    # behind it (1.2 + 0.42), a third (1.2 + 0.83) does not.
+    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=1.2))
     decider, _ = queued_decider(
         refusing, max_concurrency=5, fleet={"capacity_tokens_per_second": 5000}
     )
@@ -350,12 +351,68 @@ async def test_a_request_is_held_for_budget_only_if_those_waiting_before_it_fit_
     waiting = asyncio.create_task(first.resume())
     await asyncio.sleep(0)  # it now waits for its 104 tokens
     second = await decider.decide(chat("k-p2"))
-    assert isinstance(second, Respond) and second.reason == "shed_tier_budget"
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
-    third = await decider.decide(chat("k-p2"))  # nobody waits any more: held again
-    assert isinstance(third, Hold)
+    assert isinstance(second, Hold)
+    assert len(refusing.calls) == 1  # it did not ask before the one waiting
+    behind = asyncio.create_task(second.resume())
+    await asyncio.sleep(0)
+    third = await decider.decide(chat("k-p2"))
+    assert isinstance(third, Respond) and third.reason == "shed_tier_budget"
+    assert len(refusing.calls) == 1  # answered at once, from the line's length
+    for task in (waiting, behind):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asked = len(refusing.calls)  # the second asked when its turn came
+    fourth = await decider.decide(chat("k-p2"))  # nobody waits any more: it asks
+    assert isinstance(fourth, Hold) and len(refusing.calls) == asked + 1
+
+
+@pytest.mark.asyncio
+async def test_while_a_line_waits_a_newcomer_dearer_than_the_budget_serves_is_cut():
+    # P2's bucket refills 250 tokens a second, 2500 over the 10 s the cutoff looks back.
+    refusing = FakeLimiter(Verdict(False, refused=0, retry_after=0.2))
+    decider, _ = queued_decider(
+        refusing,
+        max_concurrency=5,
+        fleet={"capacity_tokens_per_second": 5000},
+        tiers={"p2": {"max_queue_wait_seconds": 25, "burst_seconds": 6}},
+    )
+
+    def costing(tokens: int) -> RequestView:  # 4 characters a token, and 4 per message
+        return chat("k-p2", messages=[{"role": "user", "content": "x" * 4 * (tokens - 4)}])
+
+    held = []
+    for tokens in (104, 1004, 1004):  # 2112 tokens asked: all fit what refills
+        decision = await decider.decide(costing(tokens))
+        assert isinstance(decision, Hold)
+        held.append(asyncio.create_task(decision.resume()))
+        await asyncio.sleep(0)
+    # 3312 asked: the 2500 serve the 104 and both 1004s; a 1200 is dearer than those.
+    dear = await decider.decide(costing(1200))
+    assert isinstance(dear, Respond) and dear.reason == "shed_tier_budget"
+    cheap = await decider.decide(costing(104))
+    assert isinstance(cheap, Hold)
+    assert len(refusing.calls) == 1  # only the first asked: the others found a line
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+
+
+@pytest.mark.asyncio
+async def test_a_tenant_over_its_rate_when_its_turn_comes_is_told_so():
+    class TenantEmptiesLater(FakeLimiter):
+        async def acquire(self, cost, buckets, load=None):
+            self.calls.append((cost, list(buckets)))
+            if len(self.calls) == 1:
+                return Verdict(False, refused=buckets[0], retry_after=0.01)
+            return Verdict(False, refused=buckets[1], retry_after=0.5)
+
+    decider, _ = queued_decider(TenantEmptiesLater(), max_concurrency=5)
+    held = await decider.decide(chat("k-cap", messages=SHORT))
+    assert isinstance(held, Hold)
+    final = await held.resume()
+    assert isinstance(final, Respond) and final.reason == "tenant_rate_limited"
+    assert final.status == 429 and final.headers["retry-after"] == "1"
 
 
 @pytest.mark.asyncio

@@ -15,10 +15,15 @@ from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.patience import MAX_WAIT_HEADER, max_wait
 from sidecar.request.openai_api.prompt import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, Hold, Respond
-from sidecar.request.queueing.forecast import ReleaseRate, foreseen_wait, releases_needed
+from sidecar.request.queueing.forecast import (
+    FirstTokenTimes,
+    ReleaseRate,
+    foreseen_wait,
+    releases_needed,
+)
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
-from tests.unit.test_admission_decider import TENANTS, FakeLimiter, chat, lookup
+from tests.unit.test_admission_decider import SHORT, TENANTS, FakeLimiter, chat, lookup
 
 
 class Clock:
@@ -177,3 +182,40 @@ async def test_with_forecasts_off_every_request_waits_its_time_out():
     await decider.decide(chat("k-p0"))
     held = await decider.decide(chat("k-p2"))
     assert isinstance(held, Hold) and held.max_wait == 2.0
+
+
+def test_first_token_times_are_known_from_enough_recent_streams():
+    clock = Clock()
+    times = FirstTokenTimes(clock, window=30, kept=64, min_samples=8)
+    for seconds in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+        times.note(Tier.P1, "default", seconds)
+    assert times.most_took(Tier.P1, "default") is None  # 7 seen: too few
+    times.note(Tier.P1, "default", 2.0)
+    assert times.most_took(Tier.P1, "default") == 2.0  # the 90th percentile of 8
+    assert times.most_took(Tier.P2, "default") is None  # each tier its own
+    clock.now += 31
+    assert times.most_took(Tier.P1, "default") is None  # all too old
+
+
+@pytest.mark.asyncio
+async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
+    clock = Clock()
+    # P1: 5 s of wait, a 3 s TTFT target; its streams take 2.2 s to a first token lately.
+    decider, admission = decider_with_clock(clock)
+    for _ in range(8):
+        admission.first_tokens.note(Tier.P1, "default", 2.2)
+    await decider.decide(chat("k-p0"))  # the one slot is taken
+    stream = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(stream, Hold) and stream.max_wait == pytest.approx(0.8)
+    whole = await decider.decide(chat("k-cap", messages=SHORT))  # its SLO is not a TTFT
+    assert isinstance(whole, Hold) and whole.max_wait == 5.0
+    for _ in range(8):
+        admission.first_tokens.note(Tier.P1, "default", 3.5)  # later than the target
+    late = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(late, Respond) and late.reason == "shed_queue_timeout"
+    off, queue = decider_with_clock(clock, queue={"foresee_waits": False})
+    for _ in range(8):
+        queue.first_tokens.note(Tier.P1, "default", 2.2)
+    await off.decide(chat("k-p0"))
+    uncapped = await off.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(uncapped, Hold) and uncapped.max_wait == 5.0

@@ -64,6 +64,22 @@ def budget_reason(verdict: Verdict) -> Reason:
     return Reason.SHED_FAIR_SHARE if verdict.over_fair_share else Reason.SHED_TIER_BUDGET
 
 
+def budget_refusal(identity: Identity, cost: float, verdict: Verdict, first: BucketSpec) -> Refusal:
+    """Why a request its budgets refused is answered: its tier is shed, its tenant is
+    over its rate, or no burst will ever hold it."""
+    refused = verdict.refused or first
+    if verdict.retry_after is None:
+        return too_big(identity, cost, refused)
+    if refused.owner is Owner.TENANT:
+        return Refusal(
+            Reason.TENANT_RATE_LIMITED,
+            f"Rate limit reached for tenant {identity.tenant_label}.",
+            retry_after=verdict.retry_after,
+        )
+    reason = budget_reason(verdict)
+    return Refusal(reason, f"Tier {identity.tier.value} is shed: {reason.value}.")
+
+
 def too_big(identity: Identity, cost: float, bucket: BucketSpec) -> Refusal:
     """A prompt no burst of this budget holds: the message names the bucket, its size
     and the burst that would admit it."""

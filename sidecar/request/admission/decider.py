@@ -1,12 +1,14 @@
 """Admission: identity → tier, body checks and guards, overload, budget, slot → decision.
 
-route ─▶ identify ─▶ read the body ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call)
-                                                              │ short: wait for it, or shed
+route ─▶ identify ─▶ read the body ─▶ guards ─▶ overload shed? ─▶ budget (one Redis call;
+                                                              │ none while others wait for
+                                                              │ it: join them, or shed)
                                                               ▼
                                          slot free? ─▶ admit │ else wait in the queue
 
 Beside it: request.py (the request as it goes through), budgets.py (the buckets it is
-charged to), budget_wait.py (waiting for a bucket to refill), slot_wait.py (taking a slot
+charged to), budget_wait.py (waiting in line for a bucket to refill: budget_line.py,
+budget_cutoff.py), slot_wait.py (taking a slot
 or waiting for one), patience.py (how long it may wait), refunds.py (budget given back),
 tagging.py (what an admitted request carries upstream), reading.py (what the client sent
 and the sidecar cannot read), sampling.py (which responses are timed).
@@ -33,8 +35,8 @@ from sidecar.config.store import Snapshot
 from sidecar.loops.overload.admitted import ProjectedAdmission
 from sidecar.loops.overload.shedding import SheddingState, overload_refusal
 from sidecar.refusals import Reason, Refusal
-from sidecar.request.admission.budget_wait import BudgetWaiters
-from sidecar.request.admission.budgets import budget_buckets, budget_reason, too_big, waiting_key
+from sidecar.request.admission.budget_wait import BudgetWait
+from sidecar.request.admission.budgets import budget_buckets, budget_refusal
 from sidecar.request.admission.identity import Identity, IdentityResolver, Unauthenticated
 from sidecar.request.admission.patience import max_wait
 from sidecar.request.admission.reading import client_input, upgrades
@@ -51,8 +53,6 @@ from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import (
     Admitted,
     Decision,
-    Final,
-    Hold,
     RequestView,
     Respond,
 )
@@ -91,12 +91,12 @@ class AdmissionDecider:
         self._shedding = shedding
         self._queue = queue
         self._clock = clock
-        self._budget_waiters = BudgetWaiters(clock)
         self._sampler = ResponseSampler(snapshot, clock, sample)
         self.bucket_levels: BucketLevels = {}
         self._refunds = Refunds(limiter, self.bucket_levels)
         self.give_back = self._refunds.give_back
         self._slots = SlotWait(queue, self._refunds, clock)
+        self._budget = BudgetWait(self._ask_budget, self._slots, clock)
 
     def watch_response(self) -> bool:
         return self._sampler.watch()
@@ -134,7 +134,8 @@ class AdmissionDecider:
                 tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
                 guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
                 cost = price(tier_config, tokens, parsed.output)
-            wait = max_wait(request.headers, tier_config)
+            leaves = self._target_leaves(snapshot, identity.tier, pool, parsed.stream)
+            wait = max_wait(request.headers, tier_config, leaves)
             admission = AdmissionRequest(
                 request, snapshot, identity, parsed, guarded, pool, cost, wait
             )
@@ -143,6 +144,19 @@ class AdmissionDecider:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
             return dataclasses.replace(answer, pool=pool.name) if pool else answer
+
+    def _target_leaves(
+        self, snapshot: Snapshot, tier: Tier, pool: Pool, stream: bool
+    ) -> float | None:
+        """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
+        streams took lately from admission to their first token (forecast.py; None: not
+        foreseen)."""
+        if self._queue is None or not stream or not snapshot.config.queue.foresee_waits:
+            return None
+        took = self._queue.first_tokens.most_took(tier, pool.name)
+        if took is None:
+            return None
+        return pool.slo[tier].ttft_ms / 1000 - took
 
     async def _resolve(self, request: RequestView, snapshot: Snapshot) -> Identity:
         try:
@@ -175,6 +189,10 @@ class AdmissionDecider:
         projected: ProjectedAdmission | None,
     ) -> Decision:
         """Take the request's cost from its budgets (one Redis call), then a slot."""
+        if self._queue is not None and request.tier_config.sheddable:
+            behind = self._budget.behind_others(request, buckets)
+            if behind is not None:
+                return behind
         cost = request.charge.reserved
         try:
             verdict = await self._limiter.acquire(cost, buckets, _load_of(projected))
@@ -188,27 +206,13 @@ class AdmissionDecider:
         if verdict.allowed:
             _confirm(projected, verdict.recorded_ms)
             return await self._slots.take(request.reserved(buckets))
-        refused = verdict.refused or buckets[0]
-        if verdict.retry_after is None:
-            raise too_big(request.identity, cost, refused)
-        if refused.owner is Owner.TENANT:
-            raise Refusal(
-                Reason.TENANT_RATE_LIMITED,
-                f"Rate limit reached for tenant {request.identity.tenant_label}.",
-                retry_after=verdict.retry_after,
-            )
-        if not request.tier_config.sheddable:
-            _confirm(projected, verdict.recorded_ms)
-            return await self._slots.take(request, Admitted.OVER_BUDGET)
-        waiting = waiting_key(refused)
-        ahead = self._budget_waiters.ahead(waiting, refused.rate)
-        if self._queue is not None and verdict.retry_after + ahead <= request.max_wait:
-            return Hold(
-                lambda: self._wait_for_budget(request, waiting, buckets, verdict),
-                request.max_wait,
-                tier=request.tier.value,
-            )
-        return request.refuse(budget_reason(verdict))
+        if verdict.retry_after is not None and _short_of_tier_budget(verdict):
+            if not request.tier_config.sheddable:
+                _confirm(projected, verdict.recorded_ms)
+                return await self._slots.take(request, Admitted.OVER_BUDGET)
+            if self._queue is not None and verdict.retry_after <= request.max_wait:
+                return self._budget.hold(request, buckets, verdict, verdict.retry_after)
+        raise budget_refusal(request.identity, cost, verdict, buckets[0])
 
     def _project(self, request: AdmissionRequest) -> ProjectedAdmission | None:
         if self._projection is None:
@@ -220,34 +224,28 @@ class AdmissionDecider:
             even_over_budget=not request.tier_config.sheddable,
         )
 
-    async def _wait_for_budget(
-        self, request: AdmissionRequest, key: str, buckets: list[BucketSpec], verdict: Verdict
-    ) -> Final:
-        """The tier's bucket refills soon: wait for it, then for a slot, within max wait."""
-        started = self._clock()
-        deadline = started + request.max_wait
-        cost = request.charge.reserved
-
-        async def ask() -> Verdict:
-            projected = self._project(request)  # counts in the pool's load while it asks
-            try:
-                answer = await self._limiter.acquire(cost, buckets, _load_of(projected))
-                if answer.allowed:
-                    _confirm(projected, answer.recorded_ms)
-                return answer
-            finally:
-                if projected is not None:
-                    projected.cancel()  # a no-op once confirmed
-
-        verdict = await self._budget_waiters.wait(cost, key, verdict, deadline, ask)
-        if not verdict.allowed:
-            return request.refuse(budget_reason(verdict))
-        return await self._slots.wait(request.reserved(buckets), deadline - self._clock(), started)
+    async def _ask_budget(self, request: AdmissionRequest, buckets: list[BucketSpec]) -> Verdict:
+        """One budget call for a waiter, counted in its pool's load while it asks."""
+        projected = self._project(request)
+        try:
+            answer = await self._limiter.acquire(
+                request.charge.reserved, buckets, _load_of(projected)
+            )
+            if answer.allowed:
+                _confirm(projected, answer.recorded_ms)
+            return answer
+        finally:
+            if projected is not None:
+                projected.cancel()  # a no-op once confirmed
 
 
 def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:
     if projected is not None:
         projected.confirm(recorded_ms)
+
+
+def _short_of_tier_budget(verdict: Verdict) -> bool:
+    return verdict.refused is None or verdict.refused.owner is Owner.TIER
 
 
 def _load_of(projected: ProjectedAdmission | None) -> AdmittedLoad | None:

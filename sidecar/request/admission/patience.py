@@ -1,7 +1,8 @@
 """How long a request may wait for admission: its tier's max_queue_wait_seconds, or less
-when its client says so (X-QoS-Max-Wait-Ms: a whole number of milliseconds from its
-arrival). A client cannot ask for more than its tier allows; 0 asks to be served at once
-or not at all."""
+when its TTFT target leaves less (a stream's target less the time streams of its tier
+and pool take lately from admission to their first token), or when its client says so
+(X-QoS-Max-Wait-Ms: a whole number of milliseconds from its arrival). A client cannot
+ask for more than its tier allows; 0 asks to be served at once or not at all."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ from sidecar.refusals import Reason, Refusal
 MAX_WAIT_HEADER = "x-qos-max-wait-ms"
 
 
-def max_wait(headers: Mapping[str, str], tier: TierConfig) -> float:
-    """Seconds the request may wait (headers by lower-case name)."""
+def max_wait(
+    headers: Mapping[str, str], tier: TierConfig, target_leaves: float | None = None
+) -> float:
+    """Seconds the request may wait (headers by lower-case name; `target_leaves`: what
+    its TTFT target leaves for waiting, None when not known)."""
     limit = tier.max_queue_wait_seconds
+    if target_leaves is not None:
+        limit = max(0.0, min(limit, target_leaves))
     asked = headers.get(MAX_WAIT_HEADER)
     if asked is None:
         return limit

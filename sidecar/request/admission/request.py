@@ -44,7 +44,11 @@ class AdmissionRequest:
         return self.pool.tiers[self.tier]
 
     def refuse(self, reason: Reason, message: str = "") -> Respond:
-        refusal = Refusal(reason, message or f"Tier {self.tier.value} is shed: {reason.value}.")
+        return self.answer(
+            Refusal(reason, message or f"Tier {self.tier.value} is shed: {reason.value}.")
+        )
+
+    def answer(self, refusal: Refusal) -> Respond:
         answer = respond(refusal, self.parsed.shape, self.tier_config, self.tier.value)
         return dataclasses.replace(answer, pool=self.pool.name)
 

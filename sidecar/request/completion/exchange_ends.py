@@ -67,9 +67,13 @@ class ExchangeEnds:
 
     def first_byte(self, admitted: Admit, seconds: float) -> None:
         if admitted.tier:
+            tier, pool_name = Tier(admitted.tier), admitted.pool or DEFAULT_POOL
             pool = self._snapshot().pools.get(admitted.pool)
-            self._samples.record(Tier(admitted.tier), TTFT, seconds, pool=pool)
-            self._first_token(Tier(admitted.tier), admitted.pool or DEFAULT_POOL, seconds)
+            self._samples.record(tier, TTFT, seconds, pool=pool)
+            self._first_token(tier, pool_name, seconds)
+            # What admission foresees a stream's TTFT target leaves for its wait by.
+            served_in = seconds - (admitted.queue_wait or 0.0)
+            self._queue.first_tokens.note(tier, pool_name, served_in)
 
     def stream_ended(self, slot: str) -> None:
         # The access log normally gives the slot back, with the exchange's outcome and

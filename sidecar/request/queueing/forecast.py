@@ -1,5 +1,7 @@
 """How long a newcomer would wait for a slot, foreseen from the queue ahead of it and its
-pool's recent rate of releases. Pure: no I/O, the clock given.
+pool's recent rate of releases; and how long streams take from admission to their first
+token lately, which a stream's TTFT target must leave room for. Pure: no I/O, the clock
+given.
 
 wait = releases it needs / releases per second.
 - Releases it needs: the waiters of the tiers above it and of its own, and itself (strict
@@ -21,6 +23,10 @@ from sidecar.request.queueing.scheduler import PRIORITY, Scheduler
 
 WINDOW_SECONDS = 10.0
 MIN_RELEASES = 4
+FIRST_TOKEN_WINDOW_SECONDS = 30.0
+FIRST_TOKENS_KEPT = 64
+MIN_FIRST_TOKENS = 8
+MOST = 0.9
 
 
 class ReleaseRate:
@@ -51,6 +57,41 @@ class ReleaseRate:
         # A pool watched for less than the window has its rate over the time watched.
         watched = min(self._window, now - self._first_seen)
         return len(self._times) / watched if watched > 0 else None
+
+
+class FirstTokenTimes:
+    """Seconds from admission to the first token of the streams timed lately, per tier
+    and pool: what a streamed request's TTFT SLO leaves for its wait is the target less
+    their median. Fewer than `min_samples` in the window: not known."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        window: float = FIRST_TOKEN_WINDOW_SECONDS,
+        kept: int = FIRST_TOKENS_KEPT,
+        min_samples: int = MIN_FIRST_TOKENS,
+    ) -> None:
+        self._clock = clock
+        self._window = window
+        self._kept = kept
+        self._min_samples = min_samples
+        self._seen: dict[tuple[Tier, str], deque[tuple[float, float]]] = {}
+
+    def note(self, tier: Tier, pool: str, seconds: float) -> None:
+        seen = self._seen.setdefault((tier, pool), deque(maxlen=self._kept))
+        seen.append((self._clock(), seconds))
+
+    def most_took(self, tier: Tier, pool: str) -> float | None:
+        seen = self._seen.get((tier, pool))
+        if seen is None:
+            return None
+        oldest = self._clock() - self._window
+        while seen and seen[0][0] < oldest:
+            seen.popleft()
+        if len(seen) < self._min_samples:
+            return None
+        took = sorted(seconds for _, seconds in seen)
+        return took[min(len(took) - 1, int(MOST * len(took)))]
 
 
 def releases_needed(scheduler: Scheduler, tier: Tier) -> float:

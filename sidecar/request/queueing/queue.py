@@ -24,7 +24,7 @@ from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.request.policy.cost import Reservation
-from sidecar.request.queueing.forecast import ReleaseRate, foreseen_wait
+from sidecar.request.queueing.forecast import FirstTokenTimes, ReleaseRate, foreseen_wait
 from sidecar.request.queueing.peers import PeerRegistry
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
 from sidecar.request.queueing.slots import Slot, SlotTable
@@ -59,6 +59,8 @@ class AdmissionQueue:
         self._resolved: tuple[QosConfig, Pools] | None = None
         self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
         self._release_rates: dict[str, ReleaseRate] = {}
+        # Fed by the ends of timed streams, read by admission (patience.py).
+        self.first_tokens = FirstTokenTimes(clock)
         self._background = Background()
         self.reclaimed = 0
 

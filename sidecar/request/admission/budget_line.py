@@ -1,0 +1,135 @@
+"""Requests waiting in line for their tier's bucket to refill, within what each may wait.
+
+One line per bucket (per tenant in a tier shared fairly: budgets.waiting_key). Only the
+head of a line asks Redis, as the bucket refills; the others wait their turn. A newcomer
+that finds a line does not ask before those in it (it would take the refill they wait
+for). Each waiter is foreseen its turn: when the bucket holds the head's cost, then the
+others' costs ahead of it at the bucket's rate. A newcomer goes ahead of a waiter that
+costs more (shortest first: more requests served from the same budget), or whose turn
+would otherwise come too late for it, but only of one whose turn then still comes within
+its own wait; it is answered at once when its own turn would not. So the wait foreseen at
+the door is the wait it gets, but for what other sidecars take from the same bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from sidecar.request.admission.budgets import waiting_key
+from sidecar.request.limiter.buckets import Verdict
+
+
+@dataclass(eq=False)
+class _Waiter:
+    cost: float
+    deadline: float
+    turn: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(eq=False)
+class _Line:
+    last: Verdict  # the latest refusal of the bucket: what a newcomer turned away is told
+    ready_at: float  # when the bucket holds what its head waits for, as last told
+    waiters: list[_Waiter] = field(default_factory=list)
+
+    def turns(self, now: float, rate: float) -> list[float]:
+        """When each waiter's turn is foreseen to come."""
+        at = max(now, self.ready_at)
+        turns = [at]
+        for waiter in self.waiters[1:]:
+            at += waiter.cost / rate
+            turns.append(at)
+        return turns
+
+    def place(self, now: float, rate: float, cost: float, deadline: float) -> tuple[int, float]:
+        """Where a newcomer goes (never before the head) and when its turn comes there."""
+        turns = self.turns(now, rate)
+        takes = cost / rate
+        place = len(self.waiters)
+        while place > 1:
+            passed = self.waiters[place - 1]
+            behind_it = turns[place - 1] + takes  # its turn behind `passed`...
+            if passed.cost <= cost and behind_it <= deadline:
+                break  # not dearer, and not too late for it: it waits behind
+            if behind_it > passed.deadline:  # ...and `passed`'s turn if it goes ahead
+                break  # no time to spare for it
+            place -= 1
+        return place, turns[place - 1] + takes
+
+
+class BudgetWaiters:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lines: dict[str, _Line] = {}
+
+    def ahead(self, key: str) -> Verdict | None:
+        """The bucket's latest refusal while a line waits for it; None when none does."""
+        line = self._lines.get(key)
+        return line.last if line is not None else None
+
+    def foreseen(self, key: str, rate: float, cost: float, deadline: float) -> float:
+        """Seconds until the turn of a newcomer costing `cost` in the bucket's line."""
+        line = self._lines.get(key)
+        now = self._clock()
+        if line is None:
+            return cost / rate
+        return line.place(now, rate, cost, deadline)[1] - now
+
+    async def wait(
+        self,
+        cost: float,
+        key: str,
+        rate: float,
+        verdict: Verdict,
+        deadline: float,
+        ask: Callable[[], Awaitable[Verdict]],
+    ) -> Verdict:
+        """Wait in line, then ask again (`ask`: one budget call) as the bucket refills,
+        until it allows or the deadline would pass: the last verdict, allowed or not.
+        `verdict` is the newcomer's own refusal, or the line's when it did not ask."""
+        now = self._clock()
+        line = self._lines.setdefault(key, _Line(verdict, now + (verdict.retry_after or 0.0)))
+        waiter = _Waiter(cost, deadline)
+        first = not line.waiters
+        place = line.place(now, rate, cost, deadline)[0] if line.waiters else 0
+        line.waiters.insert(place, waiter)
+        try:
+            if first:
+                waiter.turn.set()
+            elif not await self._turn(waiter, deadline):
+                return line.last
+            # The head asks at once when it came by turn: the bucket held its predecessor.
+            delay = (verdict.retry_after or 0.0) if first else 0.0
+            while True:
+                if delay > 0:
+                    if self._clock() + delay > deadline:
+                        return verdict
+                    await asyncio.sleep(delay)
+                verdict = await ask()
+                if verdict.allowed or verdict.retry_after is None:
+                    return verdict
+                if verdict.refused is None or waiting_key(verdict.refused) != key:
+                    return verdict  # another of its buckets refused it: not this line's
+                line.last = verdict
+                line.ready_at = self._clock() + verdict.retry_after
+                delay = verdict.retry_after
+        finally:
+            self._leave(key, line, waiter)
+
+    async def _turn(self, waiter: _Waiter, deadline: float) -> bool:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - self._clock())):
+                await waiter.turn.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _leave(self, key: str, line: _Line, waiter: _Waiter) -> None:
+        line.waiters.remove(waiter)
+        if not line.waiters:
+            del self._lines[key]
+        elif not line.waiters[0].turn.is_set():
+            line.ready_at = self._clock()  # the new head asks at once
+            line.waiters[0].turn.set()
