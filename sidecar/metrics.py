@@ -67,6 +67,15 @@ class SidecarMetrics:
             buckets=(-5, -2.5, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=self.registry,
         )
+        self.shed_after_wait = Histogram(
+            "qos_shed_after_wait_seconds",
+            "Seconds requests were held before they were answered with a refusal after "
+            "all: waits foreseen to fit that did not. Every other refusal is answered "
+            "at once (qos_decisions_total has them all).",
+            ["tier", "reason", "pool"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
+            registry=self.registry,
+        )
         self.exchange_ends = Counter(
             "qos_exchange_ends",
             "Admitted exchanges whose end gave their slot back, by tier and how they ended.",

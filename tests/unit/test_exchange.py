@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
@@ -264,3 +266,27 @@ async def test_envoy_is_asked_for_the_response_only_when_the_decider_watches_it(
     assert not answer.HasField("mode_override")
     await exchange.handle(request_body(BODY))
     assert not unwatched.seen[0].response_watched and not exchange.response_watched
+
+
+@pytest.mark.asyncio
+async def test_a_refusal_after_a_hold_says_how_long_it_was_held_and_one_at_once_does_not():
+    from sidecar.refusals import Reason
+    from sidecar.request.policy.decision import Hold
+
+    refusal = Respond(status=200, body=b"{}", reason=Reason.SHED_TIER_BUDGET, tier="p1")
+
+    async def resume():
+        await asyncio.sleep(0.05)
+        return refusal
+
+    seen = []
+    for decision in (Hold(resume, max_wait=4.0), refusal):
+        exchange = Exchange(Recording(decision), on_decision=lambda d, s: seen.append(d))
+        await exchange.handle(request_headers())
+
+        async def send(answer):
+            pass
+
+        await exchange.answer(request_body(BODY), send)
+    assert seen[0].waited >= 0.05
+    assert seen[1].waited is None

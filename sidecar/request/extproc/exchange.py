@@ -22,6 +22,7 @@ this sidecar's.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -38,6 +39,7 @@ from sidecar.request.policy.decision import (
     Final,
     Hold,
     RequestView,
+    Respond,
 )
 
 log = logging.getLogger(__name__)
@@ -177,7 +179,10 @@ class Exchange:
         decision = await self._ask(self._decider.decide, view)
         if isinstance(decision, Hold):
             await send(messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS))
+            held = time.perf_counter()
             decision = await self._ask(decision.resume)
+            if isinstance(decision, Respond):
+                decision = dataclasses.replace(decision, waited=time.perf_counter() - held)
         assert not isinstance(decision, Hold)
         self.decision = decision
         self.decision_seconds = time.perf_counter() - started

@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 
 from sidecar.metrics import SidecarMetrics
 from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
-from sidecar.request.policy.decision import Admit, Admitted, Decider, Final
+from sidecar.request.policy.decision import Admit, Admitted, Decider, Final, Respond
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,10 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
             self._metrics.admitted_cost.labels(decision.tier, decision.route).inc(decision.cost)
         if isinstance(decision, Admit) and decision.reason is Admitted.DECIDER_ERROR:
             self._metrics.decider_errors.inc()
+        if isinstance(decision, Respond) and decision.waited is not None:
+            self._metrics.shed_after_wait.labels(
+                decision.tier or "none", decision.label, decision.pool or "none"
+            ).observe(decision.waited)
         if isinstance(decision, Admit) and decision.queue_wait is not None:
             self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)
             if decision.foreseen_wait is not None:

@@ -67,6 +67,7 @@ class Respond:
     headers: Mapping[str, str] = field(default_factory=dict)
     tier: str = ""
     pool: str = ""  # the model pool that would have served it ("" when none was resolved)
+    waited: float | None = None  # seconds it was held before this answer; None: at once
 
     @property
     def label(self) -> str:
