@@ -34,11 +34,14 @@ _PUSH = resources.files("sidecar.loops.slo").joinpath("push_samples.lua").read_t
 _READ = resources.files("sidecar.loops.slo").joinpath("read_samples.lua").read_text()
 
 
+SAMPLES_PREFIX = "qos:{qos-slo}:samples:"
+
+
 def samples_key(tier: Tier, pool: str = DEFAULT_POOL) -> str:
     """The default pool's keys are those from before pools."""
     if pool == DEFAULT_POOL:
-        return f"qos:{{qos-slo}}:samples:{tier.value}"
-    return f"qos:{{qos-slo}}:samples:{pool}:{tier.value}"
+        return f"{SAMPLES_PREFIX}{tier.value}"
+    return f"{SAMPLES_PREFIX}{pool}:{tier.value}"
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                 if run != NO_QOS:
                     forecast = {"queue": {"foresee_waits": run == QOS}}
                     stack.config.set({**configuration(settings, fleet), **forecast})
+                    stack.config.forget_latencies()  # each QoS run steers from scratch
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
                 probing = _start_probes(targets, settings.seconds) if run == QOS else {}

@@ -17,6 +17,7 @@ from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.config.switches import ModeChange
+from sidecar.loops.slo.samples import SAMPLES_PREFIX
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -71,6 +72,17 @@ class StackConfig:
             assert time.monotonic() < deadline, f"sidecar never reached config v{version}"
             time.sleep(0.01)
         return version
+
+    def forget_latencies(self) -> int:
+        """Drop the latency samples the SLO controller steers by: a run after another
+        starts from the same state as the first."""
+
+        async def drop(store: ConfigStore) -> int:
+            async for key in store.client.scan_iter(match=f"{SAMPLES_PREFIX}*"):
+                await store.client.delete(key)
+            return await store.version()
+
+        return self._run(drop)
 
     def sync(self) -> int:
         """Wait until the sidecar runs the configuration Redis holds now."""
