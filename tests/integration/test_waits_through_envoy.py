@@ -104,3 +104,19 @@ async def test_a_shorter_wait_is_served_in_time_and_ahead_of_later_deadlines(wai
     assert served == ["hurried", "plain"]
     assert int(seen["x-mock-saw-x-qos-queue-wait-ms"]) > 0
     assert not any(name.startswith("x-mock-saw-x-qos-max-wait") for name in seen)
+
+
+async def test_a_wait_foreseen_to_outlast_the_clients_limit_is_answered_at_once(wait_stack):
+    async with client_of(wait_stack) as client:
+        for _ in range(5):  # the pool's rate of releases becomes known
+            decision, _, _ = await ask(client, None)
+            assert decision is None
+        async with aiohttp.ClientSession() as session, the_one_slot_held(session, wait_stack):
+            # One release needed, at the rate seen: foreseen to outlast a 1 ms wait.
+            decision, text, _ = await ask(client, 1)
+            assert (decision, text.startswith(FALLBACK)) == ("shed_queue_foreseen", True)
+            assert sidecar_gauges(wait_stack) == (1, 0)  # it never waited
+            waiting = asyncio.create_task(ask(client, None))  # 5 s: foreseen to fit
+            await wait_until(lambda: sidecar_gauges(wait_stack)[1] == 1, what="it waits")
+        decision, text, _ = await waiting
+        assert decision is None and not text.startswith(FALLBACK)
