@@ -76,6 +76,20 @@ class SidecarMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30),
             registry=self.registry,
         )
+        self.overflowed = Counter(
+            "qos_overflow_requests",
+            "Requests their own pool shed for its load or budget that another pool its "
+            "tier overflows to admitted, by the pool that shed them, the pool that took "
+            "them, and tier.",
+            ["from_pool", "to_pool", "tier"],
+            registry=self.registry,
+        )
+        self.overflowed_tokens = Counter(
+            "qos_overflow_tokens",
+            "Budget tokens the overflowed requests were charged in the pool that took them.",
+            ["from_pool", "to_pool", "tier"],
+            registry=self.registry,
+        )
         self.exchange_ends = Counter(
             "qos_exchange_ends",
             "Admitted exchanges whose end gave their slot back, by tier and how they ended.",

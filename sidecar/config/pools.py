@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from sidecar.config.base import Tier
+
 if TYPE_CHECKING:
     from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig
     from sidecar.config.slo_config import TierSlos
@@ -33,6 +35,9 @@ class Pool:
     fleet: FleetConfig  # its capacity and max concurrency
     tiers: TiersConfig  # its tiers' settings (shares, thresholds, caps...)
     slo: TierSlos  # its tiers' SLO targets
+    # The model a request overflowing to the pool is rewritten to (its first named).
+    model: str = ""
+    max_model_len: int | None = None  # the longest context its model takes
 
     @property
     def capacity_tokens_per_second(self) -> float:
@@ -80,6 +85,8 @@ def resolve(config: QosConfig) -> Pools:
     from sidecar.config.slo_config import TierSlos, shares_within_bounds
 
     if not config.pools:
+        if any(config.tiers[tier].overflow for tier in Tier):
+            raise PoolsInvalid("tiers.*.overflow: name pools to overflow to under pools")
         pool = Pool(DEFAULT_POOL, frozenset(), config.fleet, config.tiers, config.slo.targets)
         return Pools({DEFAULT_POOL: pool})
     by_name: dict[str, Pool] = {}
@@ -101,7 +108,10 @@ def resolve(config: QosConfig) -> Pools:
         tiers = _over(TiersConfig, config.tiers, settings.tiers, f"{where}.tiers")
         slo = _over(TierSlos, config.slo.targets, settings.slo_targets, f"{where}.slo_targets")
         shares_within_bounds(tiers, config.controller, f"{where}.tiers")
-        pool = Pool(name, frozenset(settings.models), fleet, tiers, slo)
+        first = settings.models[0] if settings.models else ""
+        pool = Pool(
+            name, frozenset(settings.models), fleet, tiers, slo, first, settings.max_model_len
+        )
         by_name[name] = pool
         for model in settings.models:
             other = by_model.get(model)
@@ -111,7 +121,26 @@ def resolve(config: QosConfig) -> Pools:
                     f"and {name!r}; a model belongs to one pool"
                 )
             by_model[model] = pool
+    for pool in by_name.values():
+        _check_overflow(pool, by_name)
     return Pools(by_name, by_model)
+
+
+def _check_overflow(pool: Pool, pools: Mapping[str, Pool]) -> None:
+    """Each pool a tier overflows to exists, is another pool, and says its model and the
+    context that model takes."""
+    for tier in Tier:
+        for name in pool.tiers[tier].overflow:
+            where = f"pools.{pool.name}.tiers.{tier.value}.overflow"
+            target = pools.get(name)
+            if target is None:
+                raise PoolsInvalid(f"{where}: no pool is named {name!r}")
+            if target is pool:
+                raise PoolsInvalid(f"{where}: a pool does not overflow to itself")
+            if not target.model or target.max_model_len is None:
+                raise PoolsInvalid(
+                    f"{where}: pool {name!r} needs models and max_model_len to take overflow"
+                )
 
 
 def _over(

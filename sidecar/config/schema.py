@@ -70,6 +70,11 @@ class TierConfig(Strict):
     fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
     # Retry-After of the tier's sheds.
     retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
+    # Pools that serve the tier's requests its own pool sheds for load or for this tier's
+    # budget, tried in order: the request goes to the first that admits it, its `model`
+    # rewritten to that pool's first model (set per pool: pools.NAME.tiers.pN.overflow;
+    # each pool named needs max_model_len). Empty: shed as usual.
+    overflow: tuple[PoolName, ...] = ()
 
     @field_validator("fallback_message")
     @classmethod
@@ -210,6 +215,9 @@ class PoolConfig(Strict):
     # Input tokens a second its GPUs prefill (default: fleet.capacity_tokens_per_second);
     # the sum its fresh pods report, when they report one, overrides it.
     capacity_tokens_per_second: Positive | None = None
+    # The longest context (prompt and output, in tokens) its model takes, as vLLM's
+    # --max-model-len: a request overflowing to the pool must fit it.
+    max_model_len: Annotated[int, Field(ge=1)] | None = None
     # Per tier, settings of tiers.pN to change for this pool: share, shed_below_free_kv...
     tiers: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
     # Per tier, SLO targets (slo.targets.pN keys) to change for this pool.

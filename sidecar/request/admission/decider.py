@@ -38,6 +38,7 @@ from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.budget_wait import BudgetWait
 from sidecar.request.admission.budgets import budget_buckets, budget_refusal
 from sidecar.request.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.request.admission.overflow import elsewhere, marked, substitute_allowed
 from sidecar.request.admission.patience import max_wait
 from sidecar.request.admission.reading import client_input, upgrades
 from sidecar.request.admission.refunds import BucketLevels, Refunds
@@ -136,10 +137,11 @@ class AdmissionDecider:
                 cost = price(tier_config, tokens, parsed.output)
             leaves = self._target_leaves(snapshot, identity.tier, pool, parsed.stream)
             wait = max_wait(request.headers, tier_config, leaves)
+            substitute = substitute_allowed(request.headers)
             admission = AdmissionRequest(
-                request, snapshot, identity, parsed, guarded, pool, cost, wait
+                request, snapshot, identity, parsed, guarded, pool, cost, wait, None, substitute
             )
-            return await self._admit_completion(admission)
+            return await self._admit_here_or_elsewhere(admission)
         except Refusal as refusal:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
@@ -166,6 +168,21 @@ class AdmissionDecider:
                 Reason.UNAUTHENTICATED,
                 "A valid API key is required: send it as 'Authorization: Bearer <key>'.",
             ) from None
+
+    async def _admit_here_or_elsewhere(self, request: AdmissionRequest) -> Decision:
+        """In its own pool, or shed there for its pool's sake, in the first pool its tier
+        overflows to that admits it (overflow.py); else its own pool's answer."""
+        decision = await self._admit_completion(request)
+        if not isinstance(decision, Respond):
+            return decision
+        for moved in elsewhere(request, decision):
+            try:
+                there = await self._admit_completion(moved)
+            except Refusal:
+                continue  # refused there for that pool's own limits: no better
+            if not isinstance(there, Respond):
+                return marked(there, moved)
+        return decision
 
     async def _admit_completion(self, request: AdmissionRequest) -> Decision:
         pool_state = self._shedding().for_pool(request.pool.name)
@@ -212,7 +229,7 @@ class AdmissionDecider:
                 return await self._slots.take(request, Admitted.OVER_BUDGET)
             if self._queue is not None and verdict.retry_after <= request.max_wait:
                 return self._budget.hold(request, buckets, verdict, verdict.retry_after)
-        raise budget_refusal(request.identity, cost, verdict, buckets[0])
+        return request.answer(budget_refusal(request.identity, cost, verdict, buckets[0]))
 
     def _project(self, request: AdmissionRequest) -> ProjectedAdmission | None:
         if self._projection is None:

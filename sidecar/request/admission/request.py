@@ -14,11 +14,12 @@ from sidecar.config.store import Snapshot
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.budgets import too_big
 from sidecar.request.admission.identity import Identity
+from sidecar.request.admission.overflow import Overflow
 from sidecar.request.admission.tagging import POOL_HEADER, USAGE_HEADER
 from sidecar.request.bodies.parsed import ParsedRequest, TextForm
 from sidecar.request.limiter.buckets import BucketSpec
 from sidecar.request.policy.cost import Charge, Reservation
-from sidecar.request.policy.decision import Admit, Decision, Final, Hold, RequestView, Respond
+from sidecar.request.policy.decision import Decision, RequestView, Respond, admitted_as
 from sidecar.request.policy.engine import EngineFields, engine_fields
 from sidecar.request.policy.responses import respond
 
@@ -34,6 +35,8 @@ class AdmissionRequest:
     charge: Charge  # what it costs its budgets
     max_wait: float  # seconds it may wait for admission (patience.py)
     reservation: Reservation | None = None  # what it took, when it is settled at its end
+    substitute: bool = True  # its client takes an answer from another pool's model
+    overflow: Overflow | None = None  # sent to this pool by the one that shed it
 
     @property
     def tier(self) -> Tier:
@@ -102,19 +105,8 @@ class AdmissionRequest:
 
 def charged(decision: Decision, request: AdmissionRequest) -> Decision:
     """The decision, its admission marked with the route and what it was charged."""
-    if isinstance(decision, Admit):
-        route, cost = request.parsed.kind.value, request.charge.reserved
-        return dataclasses.replace(decision, route=route, cost=cost)
-    if isinstance(decision, Hold):
-        resume = decision.resume
-
-        async def resumed() -> Final:
-            final = charged(await resume(), request)
-            assert not isinstance(final, Hold)
-            return final
-
-        return dataclasses.replace(decision, resume=resumed)
-    return decision
+    route, cost = request.parsed.kind.value, request.charge.reserved
+    return admitted_as(decision, lambda admit: dataclasses.replace(admit, route=route, cost=cost))
 
 
 def pool_for(snapshot: Snapshot, model: str | None) -> Pool:

@@ -72,6 +72,10 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         self._metrics.decision_seconds.observe(seconds)
         if isinstance(decision, Admit) and decision.cost is not None:
             self._metrics.admitted_cost.labels(decision.tier, decision.route).inc(decision.cost)
+        if isinstance(decision, Admit) and decision.overflowed_from:
+            moved = (decision.overflowed_from, decision.pool, decision.tier)
+            self._metrics.overflowed.labels(*moved).inc()
+            self._metrics.overflowed_tokens.labels(*moved).inc(decision.cost or 0.0)
         if isinstance(decision, Admit) and decision.reason is Admitted.DECIDER_ERROR:
             self._metrics.decider_errors.inc()
         if isinstance(decision, Respond) and decision.waited is not None:

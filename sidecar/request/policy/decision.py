@@ -9,6 +9,7 @@ deciders never touch the protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Admit:
     reroute: bool = False  # the headers set choose the route: Envoy must choose it again
     route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
     cost: float | None = None  # budget tokens charged at admission; None: not charged
+    overflowed_from: str = ""  # the pool that shed it, when another pool admitted it
 
     @property
     def label(self) -> str:
@@ -85,6 +87,22 @@ class Hold:
 
 
 Decision = Admit | Respond | Hold
+
+
+def admitted_as(decision: Decision, change: Callable[[Admit], Admit]) -> Decision:
+    """The decision with `change` made to its admission: now, or once a hold ends in one."""
+    if isinstance(decision, Admit):
+        return change(decision)
+    if isinstance(decision, Hold):
+        resume = decision.resume
+
+        async def resumed() -> Final:
+            final = admitted_as(await resume(), change)
+            assert not isinstance(final, Hold)
+            return final
+
+        return dataclasses.replace(decision, resume=resumed)
+    return decision
 
 
 class Decider(Protocol):

@@ -1,0 +1,160 @@
+"""Overflow without servers: which pools a shed request may go to, how it is rewritten
+and charged there, and when it may not go at all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from sidecar.config.base import Tier, describe
+from sidecar.config.schema import QosConfig
+from sidecar.config.store import Snapshot
+from sidecar.loops.overload.shedding import SheddingState
+from sidecar.refusals import Reason
+from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
+from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.policy.decision import Admit, RequestView, Respond
+from sidecar.request.queueing.queue import AdmissionQueue
+from tests.unit.test_admission_decider import TENANTS, FakeLimiter, lookup
+
+BIG_AND_SMALL = {
+    "pools": {
+        "big": {
+            "models": ["qwen-72b"],
+            "tiers": {"p1": {"overflow": ["small"]}, "p2": {"overflow": ["small"]}},
+        },
+        "small": {
+            "models": ["llama-8b", "small"],
+            "max_model_len": 2_000,
+            "tiers": {"p1": {"max_tokens_cap": 64}},
+        },
+    }
+}
+
+
+def refused(document: dict) -> str:
+    with pytest.raises(ValidationError) as error:
+        QosConfig.from_partial(document)
+    return describe(error.value)
+
+
+@pytest.mark.parametrize(
+    ("pools", "named"),
+    [
+        ({"a": {"models": ["m"], "tiers": {"p1": {"overflow": ["nowhere"]}}}}, "no pool"),
+        ({"a": {"models": ["m"], "tiers": {"p1": {"overflow": ["a"]}}}}, "itself"),
+        (
+            {"a": {"models": ["m"], "tiers": {"p1": {"overflow": ["b"]}}}, "b": {"models": ["n"]}},
+            "max_model_len",
+        ),
+    ],
+)
+def test_an_overflow_to_no_pool_itself_or_a_pool_of_unknown_context_is_refused(pools, named):
+    message = refused({"pools": pools})
+    assert "pools.a.tiers.p1.overflow" in message and named in message
+
+
+def test_overflow_without_pools_is_refused():
+    assert "under pools" in refused({"tiers": {"p1": {"overflow": ["b"]}}})
+
+
+class BigIsFull(SheddingState):
+    """The big pool sheds P1 and P2 for its KV cache; the small one sheds nothing."""
+
+    def for_pool(self, pool: str) -> SheddingState:
+        state = SheddingState()
+        if pool == "big":
+            state.shedding[Tier.P1] = state.shedding[Tier.P2] = Reason.SHED_KV_WATERMARK
+        return state
+
+
+def decider(limiter: FakeLimiter, shedding=BigIsFull, **config) -> AdmissionDecider:
+    qos = QosConfig.from_partial({**BIG_AND_SMALL, **config})
+    snapshot = Snapshot(1, qos, TENANTS)
+    return AdmissionDecider(
+        lambda: snapshot,
+        IdentityResolver(lookup),
+        limiter,
+        estimate_text_tokens,
+        shedding=shedding,
+        queue=AdmissionQueue(lambda: qos),
+    )
+
+
+def chat(tokens: int = 40, headers: dict | None = None, **body) -> RequestView:
+    content = "x" * 4 * (tokens - 4)  # 4 characters a token, and 4 tokens a message
+    payload = {"model": "qwen-72b", "messages": [{"role": "user", "content": content}], **body}
+    all_headers = {"authorization": "Bearer k-cap", **(headers or {})}  # a P1 tenant
+    return RequestView("POST", "/v1/chat/completions", all_headers, json.dumps(payload).encode())
+
+
+@pytest.mark.asyncio
+async def test_a_request_shed_for_its_pools_load_is_admitted_by_the_smaller_model():
+    limiter = FakeLimiter()
+    decision = await decider(limiter).decide(chat(max_tokens=500))
+    assert isinstance(decision, Admit) and decision.pool == "small"
+    assert decision.overflowed_from == "big"
+    assert decision.set_headers["x-qos-pool"] == "small"
+    assert decision.set_headers[OVERFLOW_HEADER] == ("small; from=big; reason=shed_kv_watermark")
+    body = json.loads(decision.replace_body)
+    assert body["model"] == "llama-8b" and body["max_tokens"] == 64  # small's P1 cap
+    ((cost, buckets),) = limiter.calls  # one budget call: the small pool's, as priced there
+    assert cost == 40  # the capped tenant's bucket holds 50
+    assert [bucket.key for bucket in buckets] == [
+        "qos:{bucket-p1}:tier:pool:small",
+        "qos:{bucket-p1}:tenant:capped",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_no_overflow_for_a_client_that_says_no_or_a_prompt_the_model_cannot_take():
+    limiter = FakeLimiter()
+    shed = await decider(limiter).decide(chat(headers={SUBSTITUTE_HEADER: "no"}))
+    assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark"
+    assert shed.pool == "big"
+    too_long = await decider(limiter).decide(chat(1_950, max_tokens=100))  # 2 050 > 2 000
+    assert isinstance(too_long, Respond) and too_long.reason == "shed_kv_watermark"
+    assert limiter.calls == []  # neither was charged anywhere
+    bad = await decider(limiter).decide(chat(headers={SUBSTITUTE_HEADER: "maybe"}))
+    assert isinstance(bad, Respond) and (bad.status, bad.reason) == (400, "invalid_request")
+
+
+@pytest.mark.asyncio
+async def test_one_hop_at_most_and_the_first_pools_refusal_when_none_admits():
+    class BothFull(SheddingState):
+        def for_pool(self, pool: str) -> SheddingState:
+            state = SheddingState()
+            state.shedding[Tier.P1] = Reason.SHED_KV_WATERMARK
+            state.shedding[Tier.P2] = Reason.SHED_NO_REPORTS
+            return state
+
+    limiter = FakeLimiter()
+    shed = await decider(limiter, BothFull).decide(chat())
+    assert isinstance(shed, Respond) and (shed.reason, shed.pool) == ("shed_kv_watermark", "big")
+    # The small pool overflowing back to the big one is never tried from an overflow.
+    looped = {
+        "pools": {
+            **BIG_AND_SMALL["pools"],
+            "small": {
+                **BIG_AND_SMALL["pools"]["small"],
+                "tiers": {"p1": {"overflow": ["big"]}},
+            },
+            "big": {**BIG_AND_SMALL["pools"]["big"], "max_model_len": 8_000},
+        }
+    }
+    shed = await decider(limiter, BothFull, **looped).decide(chat())
+    assert isinstance(shed, Respond) and shed.pool == "big"
+    assert limiter.calls == []
+
+
+@pytest.mark.asyncio
+async def test_a_pool_without_overflow_sheds_as_before():
+    limiter = FakeLimiter()
+    plain = {"pools": {"big": {"models": ["qwen-72b"]}, "small": {"models": ["llama-8b"]}}}
+    shed = await decider(limiter, **plain).decide(chat())
+    assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark"
+    assert limiter.calls == []
