@@ -171,6 +171,7 @@ class SidecarServer:
             self.monitor,
             self.queue,
             self.controller,
+            self.metrics.overflowed,
         )
         self.history = HistoryRecorder(HistoryStore(self._records_redis), self.view)
         self.fairness = FairnessWatch(self._records_redis, self._snapshot)

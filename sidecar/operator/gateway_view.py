@@ -22,3 +22,5 @@ class GatewayView:
     monitor: LoadMonitor  # the pools' load and shedding
     queue: AdmissionQueue  # slots in flight, requests waiting
     controller: SloController  # compliance, and whether this sidecar leads
+    # qos_overflow_requests_total, by the pool that shed, the pool that took, and tier
+    overflowed: Counter | None = None

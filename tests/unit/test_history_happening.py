@@ -99,3 +99,24 @@ def test_the_lines_are_each_pools_thresholds_and_slo_targets():
     found = page.lines(Snapshot(1, config))
     assert found["big"]["p0"]["ttft_slo_ms"] == 400
     assert found["big"]["p2"]["shed_below_free_kv"] == config.tiers[Tier.P2].shed_below_free_kv
+
+
+def test_a_tier_another_pools_model_serves_lately_is_named_with_that_model():
+    pools = {
+        "pools": {
+            "big": {"models": ["qwen-72b"], "tiers": {"p1": {"overflow": ["small"]}}},
+            "small": {"models": ["llama-8b"], "max_model_len": 8_000},
+        }
+    }
+    lines = page.lines(Snapshot(1, QosConfig.from_partial(pools)))
+    seconds = {s: {"o|small|p1|big": "2", "d|small|p1|admit": "3"} for s in range(NOW - 4, NOW + 1)}
+    seconds[NOW - 30] = {"o|small|p2|big": "1"}  # long ago: no longer happening
+    (moved,) = happening(window_of(seconds), lines)["overflow"]
+    assert moved == {
+        "pool": "big",
+        "tier": "p1",
+        "to": "small",
+        "model": "llama-8b",
+        "per_second": 2.0,
+    }
+    assert happening(window_of({NOW: {"d|big|p1|admit": "1"}}), lines)["overflow"] == []

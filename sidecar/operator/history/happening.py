@@ -1,6 +1,7 @@
-"""The "what is happening" line: which tiers are shed, why and since when, in plain words,
-from the window's newest seconds. Pure: the page's data in, short facts out (the page
-writes the times in its viewer's clock)."""
+"""The "what is happening" line: which tiers are shed, why and since when, and which are
+served by another pool's model instead, in plain words, from the window's newest seconds.
+Pure: the page's data in, short facts out (the page writes the times in its viewer's
+clock)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,33 @@ def happening(series: Mapping[str, Any], lines: Mapping[str, Any]) -> dict[str, 
                     "per_second": round(per_second, 1),
                 }
             )
-    return {"mode": current, "mode_since": _since(mode, start, current), "shed": shed}
+    return {
+        "mode": current,
+        "mode_since": _since(mode, start, current),
+        "shed": shed,
+        "overflow": _overflowing(series["pools"], lines),
+    }
+
+
+def _overflowing(pools: Mapping[str, Any], lines: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each tier a pool sheds that another pool's model serves lately, and how many a
+    second."""
+    moved = []
+    for pool, data in pools.items():
+        for tier, counts in data["tiers"].items():
+            for source, column in counts.get("overflowed_in", {}).items():
+                recent = sum(column[-RECENT_SECONDS:])
+                if recent > 0:
+                    moved.append(
+                        {
+                            "pool": source,
+                            "tier": tier,
+                            "to": pool,
+                            "model": lines.get(pool, {}).get(tier, {}).get("model"),
+                            "per_second": round(recent / RECENT_SECONDS, 1),
+                        }
+                    )
+    return moved
 
 
 def _shed(by_reason: Mapping[str, Sequence[float]], start: int) -> tuple[str, int, float] | None:

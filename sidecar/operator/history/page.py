@@ -14,15 +14,16 @@ from sidecar.config.switches import ModeChange
 from sidecar.operator.history.happening import happening
 
 
-def lines(snapshot: Snapshot) -> dict[str, dict[str, dict[str, float | None]]]:
-    """Per pool and tier: where the tier is shed (free KV below, in-flight share above)
-    and its first-token SLO."""
+def lines(snapshot: Snapshot) -> dict[str, dict[str, dict[str, float | str | None]]]:
+    """Per pool and tier: where the tier is shed (free KV below, in-flight share above),
+    its first-token SLO, and the model that serves what other pools overflow to it."""
     return {
         pool.name: {
             tier.value: {
                 "shed_below_free_kv": pool.tiers[tier].shed_below_free_kv,
                 "shed_above_inflight": pool.tiers[tier].shed_above_inflight,
                 "ttft_slo_ms": pool.slo[tier].ttft_ms,
+                "model": pool.model or None,
             }
             for tier in Tier
         }

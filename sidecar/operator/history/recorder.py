@@ -152,6 +152,17 @@ class HistoryRecorder:
                     kind = "admit" if labels["outcome"] == "admit" else labels["reason"]
                     name = f"d|{labels['pool']}|{labels['tier']}|{kind}"
                     added[name] = added.get(name, 0.0) + delta
+        overflowed = self._gateway.overflowed
+        for metric in overflowed.collect() if overflowed is not None else ():
+            for sample in metric.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                labels = sample.labels
+                key = ("o", labels["to_pool"], labels["tier"], labels["from_pool"])
+                delta = sample.value - self._decided.get(key, 0.0)
+                self._decided[key] = sample.value
+                if delta > 0:
+                    added["|".join(key)] = delta
         return added
 
     def _gauges(self) -> dict[str, str]:

@@ -5,8 +5,9 @@ Every sidecar adds, each second, to the second of Redis's clock (history/store.p
 counters (decisions by pool, tier and outcome or shed reason; first-token times in
 buckets) add up over the sidecars; gauges (free KV, in flight, the limit, shares, the
 rule shedding a tier, the mode) are the cluster's, as every sidecar sees them. Field
-names: `d|pool|tier|admit` or `d|pool|tier|<reason>`, `t|pool|tier|<bucket ms>`,
-`g|pool|<name>` and `g|<name>`.
+names: `d|pool|tier|admit` or `d|pool|tier|<reason>`, `o|pool|tier|<from pool>` (admitted
+here for the pool that shed them), `t|pool|tier|<bucket ms>`, `g|pool|<name>` and
+`g|<name>`.
 
 Kept as a column a field, one value a second, and advanced a second at a time: a refresh
 touches only the seconds it read again (the newest few), so building the page each
@@ -114,9 +115,8 @@ class Window:
         }
 
     def _pool(self, pool: str) -> dict:
-        tiers = sorted(
-            {n.split("|")[2] for n in self._columns if n.startswith((f"d|{pool}|", f"t|{pool}|"))}
-        )
+        kinds = (f"d|{pool}|", f"t|{pool}|", f"o|{pool}|")
+        tiers = sorted({n.split("|")[2] for n in self._columns if n.startswith(kinds)})
         return {
             "tiers": {tier: self._tier(pool, tier) for tier in tiers},
             **{
@@ -128,10 +128,13 @@ class Window:
     def _tier(self, pool: str, tier: str) -> dict:
         prefix = f"d|{pool}|{tier}|"
         reasons = sorted(n[len(prefix) :] for n in self._columns if n.startswith(prefix))
+        moved = f"o|{pool}|{tier}|"
+        sources = sorted(n[len(moved) :] for n in self._columns if n.startswith(moved))
         p99 = self._p99.get((pool, tier))
         return {
             "admitted": self._counts(prefix + "admit"),
             "shed": {r: self._counts(prefix + r) for r in reasons if r != "admit"},
+            "overflowed_in": {source: self._counts(moved + source) for source in sources},
             "ttft_p99_ms": list(p99) if p99 is not None else [None] * SECONDS,
             "share": self._list(f"g|{pool}|share|{tier}"),
             "shedding": self._list(f"g|{pool}|shedding|{tier}"),

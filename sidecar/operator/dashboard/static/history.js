@@ -131,6 +131,13 @@ function happeningLine(page) {
       className: `bad tier-${shed.tier}`,
     });
   }
+  for (const moved of happening.overflow || []) {
+    const model = moved.model ? ` (${moved.model})` : "";
+    parts.push({
+      text: `pool ${moved.pool}: ${label(moved.tier)} served by pool ${moved.to}'s model${model} instead, ${count(moved.per_second)}/s.`,
+      className: `tier-${moved.tier}`,
+    });
+  }
   if (!happening.shed.length) {
     parts.push({text: "Nothing shed: every tier was admitted in the last seconds.", className: "good"});
   }
