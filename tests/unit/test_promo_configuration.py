@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.tooling.benchmarks import fleet
-from sidecar.tooling.benchmarks.promo import Settings, configuration
+from sidecar.tooling.benchmarks.promo import Settings, configuration, overflowing
 from sidecar.tooling.benchmarks.traffic import CALLERS
+from sidecar.tooling.stack.stack import StackOptions
 
 MOCKS = fleet.mocks(replicas=2, time_scale=1.0, chunked=True)
 
@@ -43,3 +46,13 @@ def test_flags_change_priority_output_weight_and_the_starting_shares():
 def test_shares_are_three_numbers(shares):
     with pytest.raises(SystemExit, match="--shares"):
         configuration(Settings(shares=shares), MOCKS)
+
+
+def test_with_overflow_the_first_pools_p1_and_p2_overflow_to_the_second():
+    options = StackOptions(Path("unused"), pools=2, replicas=2)
+    overflow = overflowing(options)
+    config = QosConfig.from_partial({**configuration(Settings(), MOCKS), **overflow})
+    pool_a, pool_b = config.pools["pool-a"], config.pools["pool-b"]
+    assert pool_a.tiers[Tier.P1]["overflow"] == pool_a.tiers[Tier.P2]["overflow"] == ["pool-b"]
+    assert Tier.P0 not in pool_a.tiers  # payments never leave their model
+    assert pool_b.models == ("model-b",) and pool_b.max_model_len == 40_960

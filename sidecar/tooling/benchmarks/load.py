@@ -21,6 +21,7 @@ from sidecar.tooling.benchmarks.traffic import PlannedRequest, chat_body
 
 SERVED, SHED, ERROR = "served", "shed", "error"
 DECISION_HEADER = "x-qos-decision"
+OVERFLOW_HEADER = "x-qos-overflow"  # the pool that served a request its own pool shed
 # A chunk that carries text (vLLM's role-only first chunk and usage chunk carry none).
 CONTENT, EMPTY_CONTENT = b'"content":', b'"content":""'
 
@@ -37,6 +38,7 @@ class Outcome:
     prompt_tokens: int = 0
     late: float = 0.0  # sent this long after its planned start
     pool: str = ""  # the model pool it was meant for
+    served_by: str = ""  # the pool that served it instead, when it overflowed
 
 
 async def offer(
@@ -88,11 +90,17 @@ async def send(
     body = json.dumps(chat_body(request)).encode()  # encoded before the clock starts
     sent = time.monotonic()
 
-    def outcome(result: str, detail: str, **timing: float | None) -> Outcome:
+    def outcome(
+        result: str,
+        detail: str,
+        ttft: float | None = None,
+        tpot: float | None = None,
+        served_by: str = "",
+    ) -> Outcome:
         seconds = time.monotonic() - sent
-        return Outcome(tier, request.at, result, detail, seconds, **timing,
+        return Outcome(tier, request.at, result, detail, seconds, ttft, tpot,
                        prompt_tokens=request.prompt_tokens, late=sent - planned,
-                       pool=request.pool)  # fmt: skip
+                       pool=request.pool, served_by=served_by)  # fmt: skip
 
     try:
         async with session.post(
@@ -106,6 +114,7 @@ async def send(
                 await response.read()
                 return outcome(ERROR, f"HTTP {response.status}")
             first, last, tokens, done = await _read_stream(response)
+            moved = response.headers.get(OVERFLOW_HEADER, "").partition(";")[0].strip()
     except TimeoutError:
         return outcome(ERROR, "timeout")
     except aiohttp.ClientError as error:
@@ -114,7 +123,7 @@ async def send(
         return outcome(ERROR, "stream cut")
     ttft = first - sent
     tpot = (last - first) / (tokens - 1) if tokens > 1 else None
-    return outcome(SERVED, "", ttft=ttft, tpot=tpot)
+    return outcome(SERVED, "", ttft=ttft, tpot=tpot, served_by=moved)
 
 
 async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float, int, bool]:

@@ -40,6 +40,7 @@ from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.tooling.benchmarks.traffic import PlannedRequest, mean_prompt_tokens, plan
+from sidecar.tooling.mockvllm.server import Settings as MockSettings
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.processes import ManagedProcess, StackError
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
@@ -81,6 +82,12 @@ class Settings:
         "capacity, the others --calm-load times theirs",
     )
     calm_load: float = setting(0.5, None, "with --pools: the other pools' load, x capacity")
+    overflow: bool = setting(
+        False,
+        None,
+        "with --pools: the first pool's P1 and P2 overflow to the other pools, served by "
+        "their model when the first pool sheds them for its load or budget",
+    )
     output_weight: float = setting(
         0.0,
         None,
@@ -135,6 +142,17 @@ def configuration(settings: Settings, fleet: Fleet) -> dict:
         "engine": {"send_priority": settings.engine_priority},
         "tiers": tiers,
     }
+
+
+def overflowing(options: StackOptions) -> dict:
+    """The stack's pools, the first one's P1 and P2 overflowing to the others, whose
+    mocks take their whole default context."""
+    pools = options.pools_config()["pools"]
+    first, *others = options.pool_names
+    pools[first]["tiers"] = {tier: {"overflow": others} for tier in ("p1", "p2")}
+    for name in others:
+        pools[name]["max_model_len"] = MockSettings().max_model_len
+    return {"pools": pools}
 
 
 def _shares(given: str) -> list[float]:
@@ -209,6 +227,8 @@ def main(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, _interrupted)
     if settings.engine not in ("mock", "vllm"):
         raise SystemExit(f"--engine is mock or vllm, not {settings.engine!r}")
+    if settings.overflow and settings.pools < 2:
+        raise SystemExit("--overflow needs --pools 2 or more: a pool to overflow to")
     if settings.engine == "vllm" and settings.pools:
         raise SystemExit("--pools are made of mocks: use them without --engine vllm")
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
@@ -254,7 +274,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     busy_shares: dict[str, float | None] = {}
     try:
         with Stack(options) as stack:
-            stack.config.set(configuration(settings, fleet))
+            overflow = overflowing(options) if settings.overflow else {}
+            stack.config.set({**configuration(settings, fleet), **overflow})
             for caller in fleet.callers:
                 stack.config.tenant(caller.tenant, caller.tier, caller.api_key)
             # The probes' tenant: refused by its own budget, so it takes nobody's.
@@ -270,7 +291,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                 admin = stack.sidecar_admin_url if run != NO_QOS else ""
                 if run != NO_QOS:
                     forecast = {"queue": {"foresee_waits": run == QOS}}
-                    stack.config.set({**configuration(settings, fleet), **forecast})
+                    stack.config.set({**configuration(settings, fleet), **overflow, **forecast})
                     stack.config.forget_latencies()  # each QoS run steers from scratch
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
@@ -313,6 +334,10 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         if reasons:
             said = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
             print(f"{run}: shed as {said}")
+    for run, result in views.items():
+        moved = Counter((o.tier, o.served_by) for o in result if o.served_by)
+        for (tier, pool), count in sorted(moved.items()):
+            print(f"{run}: {count} {tier.upper()} requests were served by {pool}'s model")
     for run, result in outcomes.items():
         late = report.percentile((o.late for o in result), 99)
         print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
