@@ -8,7 +8,7 @@ import pytest
 
 from sidecar.budget_layout import SLOT_MS, AdmittedLoad, tenant_bucket_key, tier_bucket_key
 from sidecar.loops.overload.admission_records import AdmissionRecords
-from sidecar.request.limiter.buckets import BucketSpec, Owner
+from sidecar.request.limiter.buckets import Alternative, BucketSpec, Owner
 from sidecar.request.limiter.redis_buckets import SCRIPT, RedisTokenBuckets
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -177,3 +177,52 @@ async def test_the_bucket_drops_its_recorded_slots_once_they_are_older_than_kept
     assert slots == [f"r|{later}"]  # kept one slot: the older ones went
     assert int(await aredis.hget(key, "#r")) == later
     assert await aredis.pttl(key) >= SLOT_MS  # the hash lives as long as its records
+
+
+SMALL = BucketSpec(tier_bucket_key("p1", "small"), rate=1000, burst=500)
+
+
+async def test_another_pools_buckets_are_taken_in_the_same_call_only_for_a_shed(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    otherwise = Alternative(100, [SMALL, TENANT], load=None, beyond=0.1)
+
+    async def home(tier_tokens: float) -> None:
+        now = await server_ms(aredis)
+        await set_state(aredis, TIER.key, tier_tokens, now)
+        await set_state(aredis, TENANT.key, 200, now)
+
+    # Room at home: the other set is not even tried.
+    await home(500)
+    here = await buckets.acquire(150, [TIER, TENANT], otherwise=otherwise)
+    assert here.allowed and here.elsewhere is None
+    assert await aredis.exists(SMALL.key) == 0
+    # Home's tier bucket short for 50 ms, within the 100 ms the request may wait: it
+    # waits for it there; nothing is taken anywhere.
+    await home(100)
+    waits = await buckets.acquire(150, [TIER, TENANT], otherwise=otherwise)
+    assert not waits.allowed and waits.elsewhere is None and waits.retry_after <= 0.1
+    assert await aredis.exists(SMALL.key) == 0
+    # Short for 150 ms: a shed at home, so the other pool's buckets are taken instead,
+    # its own cost (100) from them and the tenant's, nothing from home's.
+    await home(0)
+    moved = await buckets.acquire(150, [TIER, TENANT], otherwise=otherwise)
+    assert moved.allowed and moved.elsewhere is True
+    assert moved.remaining == pytest.approx(400)  # the small pool's tier bucket
+    assert await tokens(aredis, TENANT.key) == pytest.approx(100, abs=5)
+    assert await tokens(aredis, TIER.key) == 0  # home's left as it was
+    # The other pool short too: home's refusal stands, nothing taken.
+    await home(0)
+    await set_state(aredis, SMALL.key, 0, await server_ms(aredis))
+    refused = await buckets.acquire(150, [TIER, TENANT], otherwise=otherwise)
+    assert not refused.allowed and refused.elsewhere is False
+    assert refused.refused == TIER and refused.retry_after > 0.1
+    assert await tokens(aredis, SMALL.key) == 0 and await tokens(aredis, TENANT.key) == 200
+
+
+async def test_a_tenant_over_its_own_rate_is_not_sent_elsewhere(aredis):
+    buckets = RedisTokenBuckets(aredis)
+    otherwise = Alternative(100, [SMALL, TENANT], load=None, beyond=0.0)
+    await set_state(aredis, TENANT.key, 0, await server_ms(aredis))  # 1.5 s from 150
+    verdict = await buckets.acquire(150, [TIER, TENANT], otherwise=otherwise)
+    assert not verdict.allowed and verdict.refused == TENANT and verdict.elsewhere is None
+    assert await aredis.exists(SMALL.key) == 0

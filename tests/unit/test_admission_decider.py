@@ -46,7 +46,7 @@ class FakeLimiter:
         self.verdict = verdict
         self.calls: list[tuple[float, list]] = []
 
-    async def acquire(self, cost, buckets, load=None):
+    async def acquire(self, cost, buckets, load=None, otherwise=None):
         self.calls.append((cost, list(buckets)))
         if isinstance(self.verdict, Exception):
             raise self.verdict
@@ -56,7 +56,7 @@ class FakeLimiter:
 class RefillsSoon(FakeLimiter):
     """Refuses the first call (the bucket refills in 10 ms), allows every other."""
 
-    async def acquire(self, cost, buckets, load=None):
+    async def acquire(self, cost, buckets, load=None, otherwise=None):
         self.calls.append((cost, list(buckets)))
         if len(self.calls) == 1:
             return Verdict(False, refused=buckets[0], retry_after=0.01)
@@ -401,7 +401,7 @@ async def test_while_a_line_waits_a_newcomer_dearer_than_the_budget_serves_is_cu
 @pytest.mark.asyncio
 async def test_a_tenant_over_its_rate_when_its_turn_comes_is_told_so():
     class TenantEmptiesLater(FakeLimiter):
-        async def acquire(self, cost, buckets, load=None):
+        async def acquire(self, cost, buckets, load=None, otherwise=None):
             self.calls.append((cost, list(buckets)))
             if len(self.calls) == 1:
                 return Verdict(False, refused=buckets[0], retry_after=0.01)

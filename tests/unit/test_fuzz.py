@@ -71,7 +71,7 @@ def test_any_config_document_validates_or_is_refused_with_names(document):
 
 
 class Limiter:
-    async def acquire(self, cost, buckets, load=None):
+    async def acquire(self, cost, buckets, load=None, otherwise=None):
         return Verdict(True, remaining=1.0)
 
 

@@ -16,10 +16,11 @@ from sidecar.refusals import Reason
 from sidecar.request.admission.decider import AdmissionDecider
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
+from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.openai_api.prompt import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
-from tests.unit.test_admission_decider import TENANTS, FakeLimiter, lookup
+from tests.unit.test_admission_decider import TENANTS, FakeLimiter, lookup, named
 
 BIG_AND_SMALL = {
     "pools": {
@@ -158,3 +159,59 @@ async def test_a_pool_without_overflow_sheds_as_before():
     shed = await decider(limiter, **plain).decide(chat())
     assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark"
     assert limiter.calls == []
+
+
+class OneCall(FakeLimiter):
+    """Answers as the script does with another pool's budgets offered: `home` for the
+    first set; with an alternative, `there` (elsewhere: True or False)."""
+
+    def __init__(self, home: Verdict, there: Verdict | None) -> None:
+        super().__init__(home)
+        self.there = there
+        self.offered = []
+
+    async def acquire(self, cost, buckets, load=None, otherwise=None):
+        self.calls.append((cost, list(buckets)))
+        self.offered.append(otherwise)
+        if otherwise is not None and self.there is not None:
+            return self.there
+        return named(self.verdict, buckets)
+
+
+SHORT_AT_HOME = Verdict(False, refused=0, retry_after=30.0)
+
+
+@pytest.mark.asyncio
+async def test_a_budget_shed_is_taken_from_the_other_pools_budgets_in_the_same_call():
+    limiter = OneCall(SHORT_AT_HOME, Verdict(True, remaining=80.0, elsewhere=True))
+    decision = await decider(limiter, SheddingState).decide(chat())
+    assert isinstance(decision, Admit) and decision.pool == "small"
+    assert decision.set_headers[OVERFLOW_HEADER] == "small; from=big; reason=shed_tier_budget"
+    assert len(limiter.calls) == 1  # one Redis call decided both pools
+    (offered,) = limiter.offered
+    assert offered.buckets[0].key == "qos:{bucket-p1}:tier:pool:small"
+    assert offered.beyond == 5.0  # P1's wait: a shorter refusal is waited for at home
+
+
+@pytest.mark.asyncio
+async def test_when_the_other_pool_refuses_in_the_same_call_it_is_not_asked_again():
+    limiter = OneCall(SHORT_AT_HOME, Verdict(False, retry_after=30.0, elsewhere=False))
+    shed = await decider(limiter, SheddingState).decide(chat())
+    assert isinstance(shed, Respond) and (shed.reason, shed.pool) == ("shed_tier_budget", "big")
+    assert len(limiter.calls) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_limiter_that_cannot_offer_is_asked_once_more_for_the_other_pool():
+    class TwoCalls(FakeLimiter):  # takes no alternative: home short, the small pool not
+        async def acquire(self, cost, buckets, load=None, otherwise=None):
+            self.calls.append((cost, list(buckets)))
+            return Verdict(True) if len(self.calls) > 1 else named(SHORT_AT_HOME, buckets)
+
+    limiter = TwoCalls()
+    decision = await decider(limiter, SheddingState).decide(chat())
+    assert isinstance(decision, Admit) and decision.pool == "small"
+    assert [calls[1][0].key for calls in limiter.calls] == [
+        "qos:{bucket-p1}:tier:pool:big",
+        "qos:{bucket-p1}:tier:pool:small",
+    ]

@@ -22,7 +22,7 @@ class Counting:
         self.buckets = LocalTokenBuckets(clock)
         self.calls = 0
 
-    async def acquire(self, cost, buckets, load=None) -> Verdict:
+    async def acquire(self, cost, buckets, load=None, otherwise=None) -> Verdict:
         self.calls += 1
         return self.buckets.acquire(cost, buckets)
 
@@ -79,7 +79,7 @@ class OverShare:
         self.lacking = lacking
         self.calls = 0
 
-    async def acquire(self, cost, buckets, load=None) -> Verdict:
+    async def acquire(self, cost, buckets, load=None, otherwise=None) -> Verdict:
         self.calls += 1
         rate = buckets[0].rate
         lacking = self.lacking / rate

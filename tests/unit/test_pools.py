@@ -173,7 +173,7 @@ def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDeci
     calls: list = []
 
     class Limiter:
-        async def acquire(self, cost, buckets, load=None):
+        async def acquire(self, cost, buckets, load=None, otherwise=None):
             calls.append(list(buckets))
             return Verdict(True)
 

@@ -22,7 +22,7 @@ class Shared:
         self.slow = False
         self.calls = 0
 
-    async def acquire(self, cost, buckets, load=None):
+    async def acquire(self, cost, buckets, load=None, otherwise=None):
         self.calls += 1
         if self.slow:
             await asyncio.sleep(1)

@@ -38,8 +38,9 @@ from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.budget_wait import BudgetWait
 from sidecar.request.admission.budgets import budget_buckets, budget_refusal
 from sidecar.request.admission.identity import Identity, IdentityResolver, Unauthenticated
+from sidecar.request.admission.offer import Offer, offer
 from sidecar.request.admission.overflow import elsewhere, marked, substitute_allowed
-from sidecar.request.admission.patience import max_wait
+from sidecar.request.admission.patience import max_wait, target_leaves
 from sidecar.request.admission.reading import client_input, upgrades
 from sidecar.request.admission.refunds import BucketLevels, Refunds
 from sidecar.request.admission.request import AdmissionRequest, charged, pool_for
@@ -135,7 +136,9 @@ class AdmissionDecider:
                 tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
                 guarded = apply_guards(parsed, tier_config, identity.tier.value, tokens)
                 cost = price(tier_config, tokens, parsed.output)
-            leaves = self._target_leaves(snapshot, identity.tier, pool, parsed.stream)
+            leaves = None
+            if self._queue is not None and parsed.stream:
+                leaves = target_leaves(self._queue.first_tokens, snapshot, identity.tier, pool)
             wait = max_wait(request.headers, tier_config, leaves)
             substitute = substitute_allowed(request.headers)
             admission = AdmissionRequest(
@@ -146,19 +149,6 @@ class AdmissionDecider:
             tier_name = identity.tier.value if identity else ""
             answer = respond(refusal, shape, tier_config, tier_name)
             return dataclasses.replace(answer, pool=pool.name) if pool else answer
-
-    def _target_leaves(
-        self, snapshot: Snapshot, tier: Tier, pool: Pool, stream: bool
-    ) -> float | None:
-        """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
-        streams took lately from admission to their first token (forecast.py; None: not
-        foreseen)."""
-        if self._queue is None or not stream or not snapshot.config.queue.foresee_waits:
-            return None
-        took = self._queue.first_tokens.most_took(tier, pool.name)
-        if took is None:
-            return None
-        return pool.slo[tier].ttft_ms / 1000 - took
 
     async def _resolve(self, request: RequestView, snapshot: Snapshot) -> Identity:
         try:
@@ -171,11 +161,22 @@ class AdmissionDecider:
 
     async def _admit_here_or_elsewhere(self, request: AdmissionRequest) -> Decision:
         """In its own pool, or shed there for its pool's sake, in the first pool its tier
-        overflows to that admits it (overflow.py); else its own pool's answer."""
-        decision = await self._admit_completion(request)
+        overflows to that admits it (overflow.py; the first offered in the same budget
+        call: offer.py); else its own pool's answer."""
+        offered = None
+        if self._queue is not None:
+            state = self._shedding()
+            offered = offer(request, state, self.bucket_levels, self._project)
+        try:
+            decision = await self._admit_completion(request, offered)
+        finally:
+            if offered is not None:
+                offered.cancel()
         if not isinstance(decision, Respond):
             return decision
-        for moved in elsewhere(request, decision):
+        for moved in elsewhere(request, decision.reason):
+            if offered is not None and offered.tried and moved.pool is offered.request.pool:
+                continue  # its budgets said no in the same call
             try:
                 there = await self._admit_completion(moved)
             except Refusal:
@@ -184,7 +185,9 @@ class AdmissionDecider:
                 return marked(there, moved)
         return decision
 
-    async def _admit_completion(self, request: AdmissionRequest) -> Decision:
+    async def _admit_completion(
+        self, request: AdmissionRequest, offered: Offer | None = None
+    ) -> Decision:
         pool_state = self._shedding().for_pool(request.pool.name)
         overload = overload_refusal(request.tier, request.snapshot, pool_state)
         if overload is not None:  # decided without Redis
@@ -194,7 +197,8 @@ class AdmissionDecider:
         request = request.within(buckets)
         projected = self._project(request)  # counts in the pool's load until confirmed or not
         try:
-            return charged(await self._take_budget(request, buckets, projected), request)
+            decision = await self._take_budget(request, buckets, projected, offered)
+            return charged(decision, request)
         finally:
             if projected is not None:
                 projected.cancel()  # not admitted (a no-op when it was confirmed)
@@ -204,15 +208,22 @@ class AdmissionDecider:
         request: AdmissionRequest,
         buckets: list[BucketSpec],
         projected: ProjectedAdmission | None,
+        offered: Offer | None = None,
     ) -> Decision:
-        """Take the request's cost from its budgets (one Redis call), then a slot."""
+        """Take the request's cost from its budgets (one Redis call; or, when they would
+        shed it, from those `offered`), then a slot."""
         if self._queue is not None and request.tier_config.sheddable:
             behind = self._budget.behind_others(request, buckets)
             if behind is not None:
                 return behind
         cost = request.charge.reserved
+        otherwise = offered.alternative(request.max_wait) if offered is not None else None
         try:
-            verdict = await self._limiter.acquire(cost, buckets, _load_of(projected))
+            verdict = await self._limiter.acquire(cost, buckets, _load_of(projected), otherwise)
+            if offered is not None and verdict.elsewhere is not None:
+                if verdict.elsewhere:
+                    return await self._taken_elsewhere(offered, verdict)
+                offered.tried = True  # refused there too: its own pool's shed stands
             self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
@@ -230,6 +241,14 @@ class AdmissionDecider:
             if self._queue is not None and verdict.retry_after <= request.max_wait:
                 return self._budget.hold(request, buckets, verdict, verdict.retry_after)
         return request.answer(budget_refusal(request.identity, cost, verdict, buckets[0]))
+
+    async def _taken_elsewhere(self, offered: Offer, verdict: Verdict) -> Decision:
+        """Admitted by the offer's budgets in the same call: a slot in its pool."""
+        moved = offered.request
+        self.bucket_levels[moved.pool.name, moved.tier] = verdict.remaining
+        _confirm(offered.projected, verdict.recorded_ms)
+        decision = await self._slots.take(moved.reserved(offered.buckets))
+        return marked(charged(decision, moved), moved)
 
     def _project(self, request: AdmissionRequest) -> ProjectedAdmission | None:
         if self._projection is None:

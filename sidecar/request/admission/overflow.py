@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from sidecar.config.pools import Pool
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.policy.cost import price
-from sidecar.request.policy.decision import Decision, Respond, admitted_as
+from sidecar.request.policy.decision import Decision, admitted_as
 from sidecar.request.policy.guards import apply_guards
 
 if TYPE_CHECKING:  # the request carries an Overflow: imported for its type only
@@ -64,17 +64,17 @@ def substitute_allowed(headers: Mapping[str, str]) -> bool:
     return answer == "yes"
 
 
-def elsewhere(request: AdmissionRequest, refused: Respond) -> Iterator[AdmissionRequest]:
-    """The request as each pool its tier overflows to would take it, in order; none when
-    it may not overflow."""
+def elsewhere(request: AdmissionRequest, shed: Reason) -> Iterator[AdmissionRequest]:
+    """The request its pool sheds for `shed` as each pool its tier overflows to would
+    take it, in order; none when it may not overflow."""
     if (
         request.overflow is not None
         or not request.substitute
-        or refused.reason not in OVERFLOW_REASONS
+        or shed not in OVERFLOW_REASONS
         or not request.parsed.json_body
     ):
         return
-    overflow = Overflow(request.pool.name, refused.reason)
+    overflow = Overflow(request.pool.name, shed)
     for name in request.tier_config.overflow:
         target = request.snapshot.pools.get(name)
         if target is not None:

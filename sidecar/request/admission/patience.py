@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sidecar.config.base import Tier
+from sidecar.config.pools import Pool
 from sidecar.config.schema import TierConfig
+from sidecar.config.store import Snapshot
 from sidecar.refusals import Reason, Refusal
+from sidecar.request.queueing.forecast import FirstTokenTimes
 
 MAX_WAIT_HEADER = "x-qos-max-wait-ms"
 
@@ -33,3 +37,17 @@ def max_wait(
             f"(0 or more), not {asked[:40]!r}.",
         )
     return min(limit, int(text) / 1000)
+
+
+def target_leaves(
+    first_tokens: FirstTokenTimes, snapshot: Snapshot, tier: Tier, pool: Pool
+) -> float | None:
+    """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
+    streams took lately from admission to their first token (queueing/forecast.py; None:
+    not foreseen)."""
+    if not snapshot.config.queue.foresee_waits:
+        return None
+    took = first_tokens.most_took(tier, pool.name)
+    if took is None:
+        return None
+    return pool.slo[tier].ttft_ms / 1000 - took

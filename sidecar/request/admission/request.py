@@ -19,7 +19,7 @@ from sidecar.request.admission.tagging import POOL_HEADER, USAGE_HEADER
 from sidecar.request.bodies.parsed import ParsedRequest, TextForm
 from sidecar.request.limiter.buckets import BucketSpec
 from sidecar.request.policy.cost import Charge, Reservation
-from sidecar.request.policy.decision import Decision, RequestView, Respond, admitted_as
+from sidecar.request.policy.decision import Admit, Decision, RequestView, Respond, admitted_as
 from sidecar.request.policy.engine import EngineFields, engine_fields
 from sidecar.request.policy.responses import respond
 
@@ -104,9 +104,16 @@ class AdmissionRequest:
 
 
 def charged(decision: Decision, request: AdmissionRequest) -> Decision:
-    """The decision, its admission marked with the route and what it was charged."""
+    """The decision, its admission marked with the route and what it was charged (once:
+    an admission another pool charged keeps that pool's charge)."""
     route, cost = request.parsed.kind.value, request.charge.reserved
-    return admitted_as(decision, lambda admit: dataclasses.replace(admit, route=route, cost=cost))
+
+    def mark(admit: Admit) -> Admit:
+        return (
+            admit if admit.cost is not None else dataclasses.replace(admit, route=route, cost=cost)
+        )
+
+    return admitted_as(decision, mark)
 
 
 def pool_for(snapshot: Snapshot, model: str | None) -> Pool:

@@ -65,14 +65,36 @@ class Verdict:
     # When the admission's load was recorded with the shared buckets (Redis time, ms);
     # 0: not recorded.
     recorded_ms: int = 0
+    # With an alternative: True, taken from its buckets instead (the rest of the verdict
+    # is theirs); False, refused by them too. None: not tried (the limiter could not, or
+    # the first buckets' answer did not call for it).
+    elsewhere: bool | None = None
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Other buckets to take from in the same call, when the first set's first bucket
+    (the tier's) refuses for longer than `beyond` seconds: another pool's budgets for a
+    request its own pool's would shed. Same slot as the first set."""
+
+    cost: float
+    buckets: Sequence[BucketSpec]
+    load: AdmittedLoad | None
+    beyond: float  # seconds
 
 
 class Limiter(Protocol):
     async def acquire(
-        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+        self,
+        cost: float,
+        buckets: Sequence[BucketSpec],
+        load: AdmittedLoad | None = None,
+        otherwise: Alternative | None = None,
     ) -> Verdict:
         """Take `cost` from every bucket, or from none; with `load`, record what the
-        admission adds to its pool's load where every sidecar sees it (if it can)."""
+        admission adds to its pool's load where every sidecar sees it (if it can); with
+        `otherwise`, take from its buckets instead when the first refuse past its
+        `beyond` (if it can: Verdict.elsewhere says)."""
         ...
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:

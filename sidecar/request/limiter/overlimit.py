@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sidecar.budget_layout import AdmittedLoad
-from sidecar.request.limiter.buckets import BucketSpec, Limiter, Verdict
+from sidecar.request.limiter.buckets import Alternative, BucketSpec, Limiter, Verdict
 
 # The script rounds a wait up to the next millisecond: the level it implies is low by up
 # to a millisecond of refill, so the bound adds one.
@@ -37,7 +37,11 @@ class OverLimitCache:
         self.hits = 0
 
     async def acquire(
-        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+        self,
+        cost: float,
+        buckets: Sequence[BucketSpec],
+        load: AdmittedLoad | None = None,
+        otherwise: Alternative | None = None,
     ) -> Verdict:
         now = self._clock()
         for bucket in buckets:
@@ -56,7 +60,9 @@ class OverLimitCache:
                         retry_after=(cost - most) / bucket.rate,
                         over_fair_share=over_share,
                     )
-        verdict = await self._inner.acquire(cost, buckets, load)
+        verdict = await self._inner.acquire(cost, buckets, load, otherwise)
+        if verdict.elsewhere:
+            return verdict  # the other buckets': nothing learnt of the first
         if not verdict.allowed and verdict.retry_after and verdict.refused is not None:
             bucket = verdict.refused
             waited = max(0.0, verdict.retry_after - ROUNDING_SECONDS)

@@ -10,7 +10,7 @@ import redis.asyncio as redis
 from sidecar.budget_layout import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, tier_bucket_key
 from sidecar.config.base import Tier
 from sidecar.redis_multiplexed import MultiplexedRedis
-from sidecar.request.limiter.buckets import BucketSpec, FairShare, Verdict
+from sidecar.request.limiter.buckets import Alternative, BucketSpec, FairShare, Verdict
 
 _LUA = resources.files("sidecar.request.limiter")
 
@@ -54,22 +54,28 @@ class RedisTokenBuckets:
             await self._client.exists(tier_bucket_key(tier.value))
 
     async def acquire(
-        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+        self,
+        cost: float,
+        buckets: Sequence[BucketSpec],
+        load: AdmittedLoad | None = None,
+        otherwise: Alternative | None = None,
     ) -> Verdict:
         for bucket in buckets:
             if cost > bucket.burst:  # can never fit: no need to ask Redis
                 return Verdict(False, refused=bucket, retry_after=None, remaining=bucket.burst)
-        keys, args = _arguments(cost, buckets)
-        if load is not None:  # in the tier's bucket of its pool, read and written with it
-            _check_recorded_in(load, buckets)
-            args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
-            args.append(1 if load.even_over_budget else 0)
-        _add_fair(keys, args, buckets)
-        allowed, refused, wait_ms, remaining, recorded, over_share = await self._script(
-            keys=keys, args=args
-        )
+        keys, args = _taking(cost, buckets, load)
+        if otherwise is not None and _fits(otherwise):
+            other_keys, other_args = _taking(otherwise.cost, otherwise.buckets, otherwise.load)
+            if _one_slot(keys + other_keys):
+                keys += other_keys
+                args += ["else", round(otherwise.beyond * 1000), *other_args]
+        answer = await self._script(keys=keys, args=args)
+        allowed, refused, wait_ms, remaining, recorded, over_share = answer[:6]
+        elsewhere = bool(int(answer[6])) if len(answer) > 6 else None
         if allowed:
-            return Verdict(True, remaining=float(remaining), recorded_ms=int(recorded))
+            return Verdict(
+                True, remaining=float(remaining), recorded_ms=int(recorded), elsewhere=elsewhere
+            )
         return Verdict(
             False,
             refused=buckets[int(refused) - 1],
@@ -77,6 +83,7 @@ class RedisTokenBuckets:
             remaining=float(remaining),
             recorded_ms=int(recorded),
             over_fair_share=bool(over_share),
+            elsewhere=elsewhere,
         )
 
     async def settle(self, delta: float, buckets: Sequence[BucketSpec]) -> float | None:
@@ -91,6 +98,36 @@ def _arguments(tokens: float, buckets: Sequence[BucketSpec]) -> tuple[list[str],
     for bucket in buckets:
         args += [bucket.rate, bucket.burst, bucket.max_debt]
     return [b.key for b in buckets], args
+
+
+def _taking(
+    cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None
+) -> tuple[list[str], list[float | str]]:
+    """The keys and arguments of one set of buckets to take from (arguments.lua)."""
+    keys, args = _arguments(cost, buckets)
+    if load is not None:  # in the tier's bucket of its pool, read and written with it
+        _check_recorded_in(load, buckets)
+        args += ["record", load.blocks, load.pool, SLOT_MS, RECORD_EXPIRE_MS]
+        args.append(1 if load.even_over_budget else 0)
+    _add_fair(keys, args, buckets)
+    return keys, args
+
+
+def _fits(otherwise: Alternative) -> bool:
+    return all(otherwise.cost <= bucket.burst for bucket in otherwise.buckets)
+
+
+def _one_slot(keys: list[str]) -> bool:
+    """Whether the keys live in one Redis Cluster slot (one hash tag): one script may
+    touch them all."""
+    tags = {_hash_tag(key) for key in keys}
+    return len(tags) == 1 and None not in tags
+
+
+def _hash_tag(key: str) -> str | None:
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if start >= 0 and end > start + 1 else None
 
 
 def _add_fair(keys: list[str], args: list[float | str], buckets: Sequence[BucketSpec]) -> None:

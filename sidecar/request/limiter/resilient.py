@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.budget_layout import AdmittedLoad
-from sidecar.request.limiter.buckets import BucketSpec, Limiter, Verdict
+from sidecar.request.limiter.buckets import Alternative, BucketSpec, Limiter, Verdict
 from sidecar.request.limiter.overlimit import OverLimitCache
 
 log = logging.getLogger(__name__)
@@ -98,14 +98,18 @@ class ResilientLimiter:
         self._probe: asyncio.Task[None] | None = None
 
     async def acquire(
-        self, cost: float, buckets: Sequence[BucketSpec], load: AdmittedLoad | None = None
+        self,
+        cost: float,
+        buckets: Sequence[BucketSpec],
+        load: AdmittedLoad | None = None,
+        otherwise: Alternative | None = None,
     ) -> Verdict:
         if not self.degraded:
             try:
                 # A deadline on this task, not a task of its own (as wait_for makes): the
                 # decision path stays cheap.
                 async with asyncio.timeout(self._timeout):
-                    verdict = await self._shared.acquire(cost, buckets, load)
+                    verdict = await self._shared.acquire(cost, buckets, load, otherwise)
                 self._failures = 0
                 return verdict
             except (redis.RedisError, TimeoutError) as error:

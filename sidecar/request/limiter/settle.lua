@@ -12,7 +12,7 @@
 --
 -- Returns the first bucket's level (string).
 
-local delta, buckets, groups, problem = arguments()
+local delta, buckets, groups, problem = arguments(1, 1)
 if problem then
   return redis.error_reply('settle.lua: ' .. problem)
 end
