@@ -20,7 +20,10 @@ Measured:
      schedule (latency counted from each request's planned start), on `qos`.
   3. a flood: one tenant far above its own budget through one gateway at a time, to
      see what the over-limit cache spares Redis.
-  4. maximum throughput: wrk (closed loop, fixed connections) against each in turn,
+  4. overflow: P2's pool out of budget and a second pool with room, P2 to overflow to
+     it; a P1 request admitted at home and a P2 request served by the other pool, in
+     turn through `qos`: latency and Redis calls of each.
+  5. maximum throughput: wrk (closed loop, fixed connections) against each in turn,
      with the CPU time each process spent and Redis's command counts, per request.
 
 Run: .venv/bin/python bench/gateway.py [--requests 2000] [--seconds 10] [--json FILE]
@@ -58,6 +61,8 @@ from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy, start_
 PROMPT = "Where is my order? It was due on Monday and the tracking page shows nothing. " * 4
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1}
 CORE_KEY, BATCH_KEY, FLOOD_KEY = "bench-core", "bench-batch", "bench-flood"
+OTHER_POOL = "small"  # where P2 overflows in the overflow measurement
+OVERFLOW_BLOCK = 50  # requests of one kind in a row
 FLOOD_RATE = 20  # requests a second the flooding tenant's own budget allows
 CANNED = {
     "id": "chatcmpl-bench",
@@ -166,6 +171,7 @@ def gateway_config(
         admin_port=admin_port,
         sidecar=("127.0.0.1", 1),
         upstreams=[("127.0.0.1", upstream_port)],
+        pools={OTHER_POOL: [("127.0.0.1", upstream_port)]},  # where overflow goes
     )
     if not processor_ports:
         return envoy_config.without_qos(config)
@@ -200,6 +206,15 @@ class Gateway:
 
 
 def post(connection: http.client.HTTPConnection, key: str) -> tuple[int, str | None]:
+    status, decision, _ = post_seen(connection, key)
+    return status, decision
+
+
+def post_seen(
+    connection: http.client.HTTPConnection, key: str
+) -> tuple[int, str | None, str | None]:
+    """Its status, the sidecar's decision when it answered, and the pool that served it
+    instead of its own (x-qos-overflow) when one did."""
     connection.request(
         "POST",
         "/v1/chat/completions",
@@ -208,7 +223,11 @@ def post(connection: http.client.HTTPConnection, key: str) -> tuple[int, str | N
     )
     response = connection.getresponse()
     response.read()
-    return response.status, response.getheader("x-qos-decision")
+    return (
+        response.status,
+        response.getheader("x-qos-decision"),
+        response.getheader("x-qos-overflow"),
+    )
 
 
 def admit_path(gateways: list[Gateway], rounds: int) -> None:
@@ -249,6 +268,31 @@ def shed_path(gateways: list[Gateway], rate: float, seconds: float) -> dict[str,
     for connection in connections:
         connection.close()
     return outcomes
+
+
+def overflow_path(gateway: Gateway, rounds: int, counter: redis.Redis) -> dict[str, dict]:
+    """Blocks of P1 requests admitted at home and of P2 requests its pool sheds for budget
+    and another pool serves, in turn: latency and EVALSHA per request of each."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.port)
+    found: dict[str, dict] = {
+        kind: {"latencies": [], "evalsha": 0, "requests": 0} for kind in ("home", "overflow")
+    }
+    for block in range(2 * rounds // OVERFLOW_BLOCK):
+        kind, key = ("home", CORE_KEY) if block % 2 == 0 else ("overflow", BATCH_KEY)
+        mine, before = found[kind], redis_calls(counter).get("evalsha", 0)
+        for _ in range(OVERFLOW_BLOCK):
+            started = time.perf_counter()
+            status, decision, moved = post_seen(connection, key)
+            elapsed = time.perf_counter() - started
+            served_there = moved is not None and moved.startswith(OTHER_POOL)
+            if status != 200 or decision is not None or served_there != (kind == "overflow"):
+                raise SystemExit(f"{kind}: {status} {decision} {moved}")
+            mine["latencies"].append(elapsed)
+        mine["evalsha"] += redis_calls(counter).get("evalsha", 0) - before
+        mine["requests"] += OVERFLOW_BLOCK
+        time.sleep(0.002)
+    connection.close()
+    return found
 
 
 def flood(gateway: Gateway, seconds: float, counter: redis.Redis) -> dict[str, float]:
@@ -327,27 +371,54 @@ def redis_calls(client: redis.Redis) -> dict[str, int]:
 def configure(stack: Stack, batch_rate_rps: float) -> None:
     """Budgets far above the load for P1; P2's budget 1/2.5 of what the shed run offers."""
     cost = estimate_prompt_tokens(BODY)
-    capacity = 1e9
-    stack.config.set(
-        {
-            "fleet": {"capacity_tokens_per_second": capacity, "max_concurrency": 100_000},
-            "tiers": {
-                "p2": {
-                    "share": batch_rate_rps * cost / 2.5 / capacity,
-                    "burst_seconds": 1.0,
-                    "max_queue_wait_seconds": 0,
-                    "shed_below_free_kv": None,
-                    "shed_above_inflight": None,
-                },
-            },
-            # The bench sets shares itself; the controller would move them.
-            "controller": {"enabled": False, "floors": {"p2": 1e-9}},
-        }
-    )
+    stack.config.set(budgets(batch_rate_rps))
     stack.config.tenant("bench-core", "p1", CORE_KEY)
     stack.config.tenant("bench-batch", "p2", BATCH_KEY)
     stack.config.tenant(
         "bench-flood", "p1", FLOOD_KEY, rate_tokens_per_second=FLOOD_RATE * cost, burst_seconds=1
+    )
+
+
+def budgets(batch_rate_rps: float, capacity: float = 1e9) -> dict[str, Any]:
+    """The configuration of the admit, shed and flood runs."""
+    cost = estimate_prompt_tokens(BODY)
+    return {
+        "fleet": {"capacity_tokens_per_second": capacity, "max_concurrency": 100_000},
+        "tiers": {
+            "p2": {
+                "share": batch_rate_rps * cost / 2.5 / capacity,
+                "burst_seconds": 1.0,
+                "max_queue_wait_seconds": 0,
+                "shed_below_free_kv": None,
+                "shed_above_inflight": None,
+            },
+        },
+        # The bench sets shares itself; the controller would move them.
+        "controller": {"enabled": False, "floors": {"p2": 1e-9}},
+    }
+
+
+def configure_overflow(stack: Stack, batch_rate_rps: float) -> None:
+    """P2's own pool with a budget of one request's cost every 10 s, and a second pool
+    whose P2 budget is far above the load: each P2 request is shed at home for budget
+    and served by the other pool, the one Redis call taking from its budgets."""
+    cost = estimate_prompt_tokens(BODY)
+    capacity = 1e9
+    home = {"share": cost / 10 / capacity, "burst_seconds": 10, "overflow": [OTHER_POOL]}
+    stack.config.set(
+        {
+            **budgets(batch_rate_rps, capacity),
+            # The other pool's upstream is the canned one: no pod reports its load.
+            "overload": {"shed_without_reports": []},
+            "pools": {
+                "default": {"tiers": {"p2": home}},
+                OTHER_POOL: {
+                    "models": ["small-llm"],
+                    "max_model_len": 100_000,
+                    "tiers": {"p2": {"share": 0.01}},
+                },
+            },
+        }
     )
 
 
@@ -451,6 +522,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for gateway in sidecars:
                 print(f"flood: one tenant at full speed through {gateway.name} ...", flush=True)
                 floods[gateway.name] = flood(gateway, args.shed_seconds / 2, counter)
+            qos = next(g for g in sidecars if g.name == "qos")
+            configure_overflow(stack, args.shed_rate)
+            print("overflow: P1 at home and P2 to the other pool, in turn ...", flush=True)
+            overflowed = overflow_path(qos, args.requests // 2, counter)
+            configure(stack, args.shed_rate)  # as before, for the throughput runs
             script = wrk_script(work / "post.lua")
             runs: dict[str, list[dict[str, float]]] = {g.name: [] for g in gateways}
             for round_ in range(args.rounds):  # the gateways in turn, round after round
@@ -466,7 +542,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     runs[gateway.name].append(wrk_run(gateway, script, args, counter))
             throughput = {name: _median_run(found) for name, found in runs.items()}
             profiles = profile(gateways, script, args) if args.profile else {}
-    figures = report(gateways, shed, floods, throughput, args)
+    figures = report(gateways, shed, floods, overflowed, throughput, args)
     if profiles:
         figures["profile"] = report_profile(profiles, throughput)
     return figures
@@ -564,7 +640,7 @@ def report_profile(profiles: dict[str, dict[str, float]], throughput: dict) -> d
     }
     print()
     print(
-        "5. where each processor's CPU goes under wrk (ms per 1k req; the main thread's split"
+        "6. where each processor's CPU goes under wrk (ms per 1k req; the main thread's split"
         " by py-spy's samples, the other threads' counted as gRPC's runtime)"
     )
     print(f"{'part':<18}" + "".join(f"{name:>14}" for name in names))
@@ -575,7 +651,12 @@ def report_profile(profiles: dict[str, dict[str, float]], throughput: dict) -> d
 
 
 def report(
-    gateways: list[Gateway], shed: dict[str, dict], floods: dict, throughput: dict, args
+    gateways: list[Gateway],
+    shed: dict[str, dict],
+    floods: dict,
+    overflowed: dict[str, dict],
+    throughput: dict,
+    args,
 ) -> dict[str, Any]:
     alone = gateways[0]
     width = max(8, *(len(g.name) for g in gateways))
@@ -639,9 +720,10 @@ def report(
             f" {row['refused_without_redis']:>9.0f} {row['evalsha_per_request']:>12.3f}"
             f" {row['refused_p50_ms']:>9.3f} ms {row['refused_p99_ms']:>6.3f} ms"
         )
+    overflow_figures = report_overflow(overflowed)
     print()
     print(
-        f"4. maximum throughput: wrk, 1 thread, {args.connections} connections,"
+        f"5. maximum throughput: wrk, 1 thread, {args.connections} connections,"
         f" {args.seconds:.0f} s each, the median of {args.rounds} round(s) in turn"
     )
     print(
@@ -692,6 +774,7 @@ def report(
         "admit_path": latency,
         "shed_path": shed_figures,
         "flood": floods,
+        "overflow": overflow_figures,
         "throughput": throughput,
     }
 
@@ -699,6 +782,35 @@ def report(
 def _floor_of(name: str, throughput: dict) -> str:
     """The do-nothing server a gateway is compared with: its own runtime's."""
     return f"noop-{name}" if f"noop-{name}" in throughput else "noop"
+
+
+def report_overflow(found: dict[str, dict]) -> dict[str, dict[str, float]]:
+    figures = {
+        kind: {
+            "requests": row["requests"],
+            "p50_ms": _ms(row["latencies"], 50),
+            "p99_ms": _ms(row["latencies"], 99),
+            "evalsha_per_request": row["evalsha"] / row["requests"],
+        }
+        for kind, row in found.items()
+    }
+    print()
+    print("4. overflow: through qos, in turn: P1 admitted at home; P2 its pool sheds for")
+    print("   budget, served by the other pool")
+    print(f"{'request':<10} {'requests':>9} {'p50 ms':>8} {'p99 ms':>8} {'EVALSHA/req':>12}")
+    for kind, row in figures.items():
+        print(
+            f"{kind:<10} {row['requests']:>9} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f}"
+            f" {row['evalsha_per_request']:>12.2f}"
+        )
+    home, moved = figures["home"], figures["overflow"]
+    print(
+        f"an overflowed request: {moved['evalsha_per_request'] - home['evalsha_per_request']:+.2f}"
+        f" EVALSHA and {moved['p50_ms'] - home['p50_ms']:+.3f} ms at p50 beside one admitted"
+        " at home (a second Redis call would add 1.00 EVALSHA; both counts include the"
+        " idle sidecars' own)"
+    )
+    return figures
 
 
 def _ms(seconds: list[float], q: float) -> float:
