@@ -215,3 +215,35 @@ async def test_a_limiter_that_cannot_offer_is_asked_once_more_for_the_other_pool
         "qos:{bucket-p1}:tier:pool:big",
         "qos:{bucket-p1}:tier:pool:small",
     ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/embeddings", {"input": "where is my order"}),
+        ("/v1/completions", {"prompt": [101, 2023, 2003], "max_tokens": 5}),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "what is this"},
+                            {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                        ],
+                    }
+                ]
+            },
+        ),
+        ("/v1/responses", {"input": "and then?", "previous_response_id": "resp_1"}),
+    ],
+)
+async def test_only_text_from_text_overflows(path, body):
+    limiter = FakeLimiter()
+    payload = json.dumps({"model": "qwen-72b", **body}).encode()
+    view = RequestView("POST", path, {"authorization": "Bearer k-cap"}, payload)
+    shed = await decider(limiter).decide(view)
+    assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark"
+    assert shed.pool == "big" and limiter.calls == []

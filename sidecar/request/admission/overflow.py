@@ -4,8 +4,9 @@ overflows to (`pools.NAME.tiers.pN.overflow`), in order. The first that admits i
 it: routed there, the body's `model` rewritten to that pool's model, charged to that
 pool's budgets (its tenant's own as usual) and counted in its load. One hop at most;
 never for a client that refuses a substitute (X-QoS-Substitute: no), nor for a request
-the pool's model cannot take (its prompt and max_tokens against max_model_len), nor for
-a body the sidecar cannot rewrite. The client is told: the answer's `model` is the model
+the pool's model cannot take (its prompt and max_tokens against max_model_len; anything
+but text in and text out: embeddings, media, token ids, a conversation the own pool's
+engine stored). The client is told: the answer's `model` is the model
 that answered, and X-QoS-Overflow names the pool and why (Envoy copies it from the
 request the sidecar tagged). Pure."""
 
@@ -18,9 +19,11 @@ from typing import TYPE_CHECKING
 
 from sidecar.config.pools import Pool
 from sidecar.refusals import Reason, Refusal
+from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.policy.cost import price
 from sidecar.request.policy.decision import Decision, admitted_as
 from sidecar.request.policy.guards import apply_guards
+from sidecar.routes.kinds import RouteKind
 
 if TYPE_CHECKING:  # the request carries an Overflow: imported for its type only
     from sidecar.request.admission.request import AdmissionRequest
@@ -32,6 +35,17 @@ OVERFLOW_REASONS = frozenset(
         Reason.SHED_INFLIGHT,
         Reason.SHED_NO_REPORTS,
         Reason.SHED_TIER_BUDGET,
+    }
+)
+# The routes whose requests another model can answer: text generated from text.
+PORTABLE = frozenset(
+    {
+        RouteKind.CHAT,
+        RouteKind.COMPLETIONS,
+        RouteKind.CHAT_BATCH,
+        RouteKind.RESPONSES,
+        RouteKind.MESSAGES,
+        RouteKind.COHERE_CHAT,
     }
 )
 # A client's "no": it wants the model it named or the fallback.
@@ -71,7 +85,7 @@ def elsewhere(request: AdmissionRequest, shed: Reason) -> Iterator[AdmissionRequ
         request.overflow is not None
         or not request.substitute
         or shed not in OVERFLOW_REASONS
-        or not request.parsed.json_body
+        or not _portable(request.parsed)
     ):
         return
     overflow = Overflow(request.pool.name, shed)
@@ -81,6 +95,19 @@ def elsewhere(request: AdmissionRequest, shed: Reason) -> Iterator[AdmissionRequ
             moved = _moved(request, target, overflow)
             if moved is not None:
                 yield moved
+
+
+def _portable(parsed: ParsedRequest) -> bool:
+    """Whether another model takes the request as it is: text in and text out, the model
+    named in its JSON body; no media (a smaller model may read none), no conversation
+    its own pool's engine stored, no token ids (another model's vocabulary)."""
+    prompt = parsed.prompt
+    if parsed.kind not in PORTABLE or not parsed.json_body or "model" not in parsed.body:
+        return False
+    if prompt.media or prompt.stored_context or prompt.audio_bytes:
+        return False
+    given = parsed.body.get("prompt")
+    return not (isinstance(given, list) and any(not isinstance(part, str) for part in given))
 
 
 def _moved(request: AdmissionRequest, target: Pool, overflow: Overflow) -> AdmissionRequest | None:
