@@ -163,20 +163,13 @@ class AdmissionDecider:
         """In its own pool, or shed there for its pool's sake, in the first pool its tier
         overflows to that admits it (overflow.py; the first offered in the same budget
         call: offer.py); else its own pool's answer."""
-        offered = None
-        if self._queue is not None:
-            state = self._shedding()
-            offered = offer(request, state, self.bucket_levels, self._project)
-        try:
-            decision = await self._admit_completion(request, offered)
-        finally:
-            if offered is not None:
-                offered.cancel()
+        refused_there: set[str] = set()  # pools whose budgets said no in the same call
+        decision = await self._admit_completion(request, refused_there)
         if not isinstance(decision, Respond):
             return decision
         for moved in elsewhere(request, decision.reason):
-            if offered is not None and offered.tried and moved.pool is offered.request.pool:
-                continue  # its budgets said no in the same call
+            if moved.pool.name in refused_there:
+                continue
             try:
                 there = await self._admit_completion(moved)
             except Refusal:
@@ -186,7 +179,7 @@ class AdmissionDecider:
         return decision
 
     async def _admit_completion(
-        self, request: AdmissionRequest, offered: Offer | None = None
+        self, request: AdmissionRequest, refused_there: set[str] | None = None
     ) -> Decision:
         pool_state = self._shedding().for_pool(request.pool.name)
         overload = overload_refusal(request.tier, request.snapshot, pool_state)
@@ -197,7 +190,7 @@ class AdmissionDecider:
         request = request.within(buckets)
         projected = self._project(request)  # counts in the pool's load until confirmed or not
         try:
-            decision = await self._take_budget(request, buckets, projected, offered)
+            decision = await self._take_budget(request, buckets, projected, refused_there)
             return charged(decision, request)
         finally:
             if projected is not None:
@@ -208,22 +201,27 @@ class AdmissionDecider:
         request: AdmissionRequest,
         buckets: list[BucketSpec],
         projected: ProjectedAdmission | None,
-        offered: Offer | None = None,
+        refused_there: set[str] | None = None,
     ) -> Decision:
         """Take the request's cost from its budgets (one Redis call; or, when they would
-        shed it, from those `offered`), then a slot."""
+        shed it, from another pool's offered in the same call: offer.py; a pool that
+        refused it there too is added to `refused_there`), then a slot."""
         if self._queue is not None and request.tier_config.sheddable:
             behind = self._budget.behind_others(request, buckets)
             if behind is not None:
                 return behind
         cost = request.charge.reserved
+        offered = None
+        if refused_there is not None and self._queue is not None:
+            offered = offer(request, self._shedding(), self.bucket_levels, self._project)
         otherwise = offered.alternative(request.max_wait) if offered is not None else None
         try:
             verdict = await self._limiter.acquire(cost, buckets, _load_of(projected), otherwise)
-            if offered is not None and verdict.elsewhere is not None:
+            if offered is not None and refused_there is not None:
                 if verdict.elsewhere:
                     return await self._taken_elsewhere(offered, verdict)
-                offered.tried = True  # refused there too: its own pool's shed stands
+                if verdict.elsewhere is False:
+                    refused_there.add(offered.request.pool.name)
             self.bucket_levels[request.pool.name, request.tier] = verdict.remaining
         except redis.RedisError as error:
             redis_errors.note("limiter")
@@ -231,6 +229,9 @@ class AdmissionDecider:
             log.warning("limiter unavailable, admitting: %s", error)
             _confirm(projected, recorded_ms=0)
             return await self._slots.take(request, Admitted.LIMITER_UNAVAILABLE)
+        finally:
+            if offered is not None:
+                offered.cancel()  # not taken (a no-op when it was)
         if verdict.allowed:
             _confirm(projected, verdict.recorded_ms)
             return await self._slots.take(request.reserved(buckets))

@@ -29,7 +29,6 @@ class Offer:
     request: AdmissionRequest  # as the other pool takes it
     buckets: list[BucketSpec]  # the other pool's
     projected: ProjectedAdmission | None  # counted in the other pool's load meanwhile
-    tried: bool = False  # the other pool's budgets refused it too, in the same call
 
     def alternative(self, beyond: float) -> Alternative:
         load: AdmittedLoad | None = self.projected.load if self.projected else None
