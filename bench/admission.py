@@ -30,7 +30,10 @@ from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.ports import free_port
+from sidecar.request.admission.refunds import Refunds
 from sidecar.request.extproc.client import ExtProcClient, admitted
+from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
+from sidecar.request.limiter.resilient import ResilientLimiter
 from sidecar.request.policy.decision import Admit, RequestView
 from sidecar.settings import SidecarSettings
 from sidecar.tooling.stack.redis_servers import start_redis_server
@@ -74,7 +77,10 @@ async def decide_in_process(
     client = aioredis.Redis.from_url(redis_url)
     watcher = ConfigWatcher(client)
     await watcher.start()
-    decider = build_decider(SidecarSettings(redis_url=redis_url), client, watcher)
+    # The budgets as `serve` keeps them: shared in Redis, local should it be lost.
+    limiter = ResilientLimiter(RedisTokenBuckets(client), client, lambda: 1)
+    settings = SidecarSettings(redis_url=redis_url)
+    decider = build_decider(settings, client, watcher, limiter, Refunds(limiter))
     headers = {
         ":method": "POST",
         ":path": "/v1/chat/completions",

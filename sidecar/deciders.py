@@ -10,10 +10,10 @@ from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.loops.overload.monitor import LoadMonitor
 from sidecar.loops.overload.shedding import SheddingState
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.admission.refunds import Refunds
 from sidecar.request.limiter.buckets import Limiter
-from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.request.openai_api.prompt import TextCounter, TokenizerCounter, estimate_text_tokens
 from sidecar.request.policy.decision import AdmitAll, Decider
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -32,20 +32,24 @@ def build_decider(
     settings: SidecarSettings,
     client: redis.Redis,
     watcher: ConfigWatcher,
+    limiter: Limiter,
+    refunds: Refunds,
     monitor: LoadMonitor | None = None,
     queue: AdmissionQueue | None = None,
-    limiter: Limiter | None = None,
 ) -> Decider:
+    """`limiter`: the budgets, whose policy for a lost Redis is the only one
+    (limiter/resilient.py); `refunds`: budget given back, shared with the exchange ends."""
     if settings.decider == "admit-all":
         return AdmitAll()
     if settings.decider == "admission":
-        return AdmissionDecider(
-            snapshot=lambda: watcher.current,
+        return AdmissionDirector(
+            snapshot=watcher.snapshot,
             identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
-            limiter=limiter or RedisTokenBuckets(client),
+            limiter=limiter,
             count_text=text_counter(settings),
-            shedding=(lambda: monitor.state) if monitor else SheddingState,
+            shedding=monitor.shedding if monitor else SheddingState,
             queue=queue,
             projection=monitor,
+            refunds=refunds,
         )
     raise SystemExit(f"unknown decider {settings.decider!r}; known: {', '.join(DECIDERS)}")

@@ -46,3 +46,8 @@ class Refusal(Exception):
         self.message = message
         self.param = param
         self.retry_after = retry_after
+
+
+def shed(reason: Reason, tier: str) -> Refusal:
+    """A shed of `tier` (its answer is the tier's fallback, not this message)."""
+    return Refusal(reason, f"Tier {tier} is shed: {reason.value}.")

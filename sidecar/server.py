@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
-from sidecar.config.store import ConfigStore, Snapshot
+from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
@@ -41,7 +41,7 @@ from sidecar.operator.gateway_view import GatewayView
 from sidecar.operator.history.recorder import HistoryRecorder
 from sidecar.operator.history.store import HistoryStore
 from sidecar.redis_errors import RedisErrorCollector
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.refunds import Refunds
 from sidecar.request.completion.access_log import AccessLogReceiver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
 from sidecar.request.extproc.servicer import ExternalProcessor
@@ -120,14 +120,14 @@ class SidecarServer:
         )
         self.monitor = LoadMonitor(
             reports,
-            self._snapshot,
+            self.watcher.snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
-            records=AdmissionRecords(self._records_redis, lambda: self._snapshot().pools.names),
+            records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
-        self._load_reporter = LoadReporterService(reports, self._snapshot)
+        self._load_reporter = LoadReporterService(reports, self.watcher.snapshot)
         # The decisions' budget calls share one connection of their own (a single server).
         self._budget_redis = (
             redis_connect.budget_client(
@@ -150,15 +150,15 @@ class SidecarServer:
             samples,
             ConfigStore(self.redis),
             Lease(self.redis, sidecar_id),
-            self._snapshot,
+            self.watcher.snapshot,
             on_adjust=lambda step: self.metrics.adjustments.labels(_direction(step)).inc(),
         )
-        self.metrics.registry.register(SloCollector(self.controller, self._snapshot))
+        self.metrics.registry.register(SloCollector(self.controller, self.watcher.snapshot))
         self.metrics.registry.register(RedisErrorCollector())
         self.scraper = Scraper(
             self.redis,
             reports,
-            self._snapshot,
+            self.watcher.snapshot,
             scrape_settings(settings),
             sidecar_id,
             Resolver(settings.scrape_dns_server),
@@ -174,25 +174,27 @@ class SidecarServer:
             self.metrics.overflowed,
         )
         self.history = HistoryRecorder(HistoryStore(self._records_redis), self.view)
-        self.fairness = FairnessWatch(self._records_redis, self._snapshot)
-        self.metrics.registry.register(FairnessCollector(self.fairness, self._snapshot))
+        self.fairness = FairnessWatch(self._records_redis, self.watcher.snapshot)
+        self.metrics.registry.register(FairnessCollector(self.fairness, self.watcher.snapshot))
+        # Budget given back: by admission (a request shed after it took its budget) and
+        # by the exchange ends (what an answer did not use, or owes).
+        self.refunds = Refunds(self.overlimit or self.limiter)
+        self.metrics.registry.register(BucketLevelCollector(self.refunds.levels))
         self.decider = build_decider(
             settings,
             self.redis,
             self.watcher,
+            self.overlimit or self.limiter,
+            self.refunds,
             self.monitor,
             self.queue,
-            self.overlimit or self.limiter,
         )
-        admission = self.decider if isinstance(self.decider, AdmissionDecider) else None
-        if admission is not None:
-            self.metrics.registry.register(BucketLevelCollector(admission.bucket_levels))
         self.ends = ExchangeEnds(
             self.queue,
             self.metrics,
             self.samples,
-            self._snapshot,
-            admission.give_back if admission is not None else None,
+            self.watcher.snapshot,
+            self.refunds.give_back,
             self.history.first_token,
         )
         self._access_log = AccessLogReceiver(self.ends.ended)
@@ -222,9 +224,6 @@ class SidecarServer:
             socket_timeout=self.settings.redis_socket_timeout,
             socket_connect_timeout=self.settings.redis_socket_timeout,
         )
-
-    def _snapshot(self) -> Snapshot:
-        return self.watcher.current  # the configuration in force, always the latest
 
     async def start(self) -> None:
         for part in self._parts:

@@ -62,6 +62,10 @@ class ConfigWatcher:
             return f"{self.problem}\n{REPAIR_HINT}"
         return None
 
+    def snapshot(self) -> Snapshot:
+        """The configuration in force, always the latest."""
+        return self.current
+
     def on_change(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from dataclasses import dataclass, field
 
 import pytest
-import redis
+import redis.asyncio as redis
 
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
@@ -15,11 +16,12 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.limiter.buckets import Verdict
+from sidecar.request.limiter.resilient import ResilientLimiter
 from sidecar.request.openai_api.prompt import estimate_text_tokens
-from sidecar.request.policy.decision import Admit, Admitted, Hold, RequestView, Respond
+from sidecar.request.policy.decision import Admit, Admitted, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
 
 KEYS = {hash_api_key("k-p2"): "bulk", hash_api_key("k-p0"): "pay", hash_api_key("k-cap"): "capped"}
@@ -67,9 +69,41 @@ async def lookup(digest):
     return KEYS.get(digest)
 
 
-def decider(limiter: FakeLimiter, **config) -> AdmissionDecider:
+@dataclass
+class Begun:
+    """A decision begun: its task, and how long it held its exchange for, if it did."""
+
+    task: asyncio.Task
+    holds: list[float] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holds)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def begin(decider, view: RequestView) -> Begun:
+    """Run a decision until it is made or holds its exchange: then it waits."""
+    holding = asyncio.Event()
+    begun = Begun(None)
+
+    async def hold(seconds: float) -> None:
+        begun.holds.append(seconds)
+        holding.set()
+
+    begun.task = asyncio.create_task(decider.decide(view, hold))
+    held = asyncio.create_task(holding.wait())
+    await asyncio.wait({begun.task, held}, return_when=asyncio.FIRST_COMPLETED)
+    held.cancel()
+    return begun
+
+
+def decider(limiter: FakeLimiter, **config) -> AdmissionDirector:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS)
-    return AdmissionDecider(
+    return AdmissionDirector(
         lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens
     )
 
@@ -92,17 +126,17 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
     spoof = {"x-qos-tier": "p0", "x-qos-tenant": "pay", "x-qos-priority": "0"}
     decision = await decider(limiter).decide(chat(extra_headers=spoof))
     assert isinstance(decision, Admit)
-    assert decision.set_headers == {"x-qos-tier": "p2", "x-qos-tenant": "bulk"}
+    assert decision.upstream.set_headers == {"x-qos-tier": "p2", "x-qos-tenant": "bulk"}
     # The spoofed one, the sidecar's own that the access log reads and the ones vLLM
     # schedules by, whether sent or not.
-    assert decision.remove_headers == (
+    assert decision.upstream.remove_headers == (
         "x-qos-priority",
         "x-qos-slot",
         "x-qos-queue-wait-ms",
         "x-vllm-priority",
         "x-data-parallel-rank",
     )
-    assert decision.replace_body is None
+    assert decision.upstream.replace_body is None
     cost, buckets = limiter.calls[0]
     assert cost == 100 + 4  # 400 characters and one message
     assert [b.key for b in buckets] == ["qos:{bucket-p2}:tier"]
@@ -164,14 +198,14 @@ async def test_over_its_fair_share_a_tenant_is_shed_as_such():
     assert isinstance(shed, Respond) and shed.reason == "shed_fair_share"
     # P0 is never shed for budget, fair share or not.
     admitted = await decider(over).decide(chat("k-p0"))
-    assert isinstance(admitted, Admit) and admitted.reason == "admitted_over_budget"
+    assert isinstance(admitted, Admit) and admitted.record.reason == "admitted_over_budget"
 
 
 @pytest.mark.asyncio
 async def test_p0_body_is_rewritten_with_the_output_cap():
     decision = await decider(FakeLimiter()).decide(chat("k-p0", max_tokens=2048))
     assert isinstance(decision, Admit)
-    assert json.loads(decision.replace_body)["max_tokens"] == 512
+    assert json.loads(decision.upstream.replace_body)["max_tokens"] == 512
 
 
 @pytest.mark.asyncio
@@ -182,7 +216,7 @@ async def test_exhausted_tier_budget_sheds_sheddable_tiers_only():
     assert (shed.status, shed.reason, shed.tier) == (200, "shed_tier_budget", "p2")
     assert shed.body.endswith(b"data: [DONE]\n\n")
     over = await decider(empty).decide(chat("k-p0"))
-    assert isinstance(over, Admit) and over.reason == "admitted_over_budget"
+    assert isinstance(over, Admit) and over.record.reason == "admitted_over_budget"
 
 
 @pytest.mark.asyncio
@@ -219,15 +253,28 @@ async def test_other_paths_pass_through_uncharged_but_tagged():
     limiter = FakeLimiter()
     models = RequestView("GET", "/v1/models", {"authorization": "Bearer k-p0"}, None)
     decision = await decider(limiter).decide(models)
-    assert isinstance(decision, Admit) and decision.set_headers["x-qos-tier"] == "p0"
+    assert isinstance(decision, Admit) and decision.upstream.set_headers["x-qos-tier"] == "p0"
     assert limiter.calls == []
 
 
+class Unreachable:
+    async def ping(self):
+        raise redis.ConnectionError("down")
+
+
 @pytest.mark.asyncio
-async def test_redis_failure_admits_rather_than_refusing_everyone():
-    broken = FakeLimiter(redis.ConnectionError("down"))
-    decision = await decider(broken).decide(chat())
-    assert isinstance(decision, Admit) and decision.reason == "limiter_unavailable"
+async def test_a_lost_redis_is_decided_on_local_budgets_never_admitted_unmetered():
+    limiter = ResilientLimiter(FakeLimiter(redis.ConnectionError("down")), Unreachable(), lambda: 1)
+    try:
+        answers = [await decider(limiter).decide(chat("k-p2")) for _ in range(20)]
+    finally:
+        await limiter.stop()
+    admitted = [answer for answer in answers if isinstance(answer, Admit)]
+    # P2's bucket holds 1250 tokens: twelve requests of 104 (a little more if it refilled).
+    assert 12 <= len(admitted) < 20
+    assert {answer.record.reason for answer in admitted} == {Admitted.ADMITTED}
+    shed = {answer.reason for answer in answers if isinstance(answer, Respond)}
+    assert shed == {"shed_tier_budget"}
 
 
 class Shedding:
@@ -242,9 +289,9 @@ class Shedding:
         return self.state
 
 
-def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDecider:
+def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDirector:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS, mode or OperatorMode())
-    return AdmissionDecider(
+    return AdmissionDirector(
         lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, shedding
     )
 
@@ -270,19 +317,22 @@ async def test_shadow_mode_admits_untouched_and_names_what_it_would_have_done():
     )
     answer = await shadow.decide(chat("k-p2", extra_headers={"x-qos-tier": "p0"}))
     assert isinstance(answer, Admit)
-    assert answer.label == "shadow_shed_kv_watermark" and answer.tier == "p2"
-    assert answer.reason is Admitted.SHADOW and answer.shadowed is Reason.SHED_KV_WATERMARK
-    assert answer.set_headers["x-qos-tier"] == "p2"
-    assert answer.replace_body is None
+    record = answer.record
+    assert record.label == "shadow_shed_kv_watermark" and record.tier == "p2"
+    assert record.reason is Admitted.SHADOW and record.shadowed is Reason.SHED_KV_WATERMARK
+    assert answer.upstream.set_headers["x-qos-tier"] == "p2"
+    assert answer.upstream.replace_body is None
     bad = await shadow.decide(RequestView("POST", "/v1/chat/completions", {}, b"{"))
-    assert isinstance(bad, Admit) and bad.label == "shadow_invalid_request"
+    assert isinstance(bad, Admit) and bad.record.label == "shadow_invalid_request"
 
 
-def queued_decider(limiter, max_concurrency=1, **config) -> tuple[AdmissionDecider, AdmissionQueue]:
+def queued_decider(
+    limiter, max_concurrency=1, **config
+) -> tuple[AdmissionDirector, AdmissionQueue]:
     qos = QosConfig.from_partial({"fleet": {"max_concurrency": max_concurrency}, **config})
     snapshot = Snapshot(1, qos, TENANTS)
     admission = AdmissionQueue(lambda: qos)
-    decider = AdmissionDecider(
+    decider = AdmissionDirector(
         lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, queue=admission
     )
     return decider, admission
@@ -292,9 +342,9 @@ def queued_decider(limiter, max_concurrency=1, **config) -> tuple[AdmissionDecid
 async def test_with_a_free_slot_the_request_is_admitted_holding_it():
     decider, admission = queued_decider(FakeLimiter())
     decision = await decider.decide(chat("k-p2"))
-    assert isinstance(decision, Admit) and decision.slot
-    assert decision.set_headers["x-qos-slot"] == decision.slot
-    assert decision.set_headers["x-qos-queue-wait-ms"] == "0"
+    assert isinstance(decision, Admit) and decision.record.slot
+    assert decision.upstream.set_headers["x-qos-slot"] == decision.record.slot
+    assert decision.upstream.set_headers["x-qos-queue-wait-ms"] == "0"
     assert len(admission.slots) == 1
 
 
@@ -302,23 +352,22 @@ async def test_with_a_free_slot_the_request_is_admitted_holding_it():
 async def test_without_a_free_slot_the_request_is_held_until_one_frees():
     decider, admission = queued_decider(FakeLimiter())
     first = await decider.decide(chat("k-p0"))
-    held = await decider.decide(chat("k-p2"))
-    assert isinstance(held, Hold) and held.max_wait == 2.0
-    resumed = asyncio.create_task(held.resume())
+    held = await begin(decider, chat("k-p2"))
+    assert held.holds == [2.0]
     await asyncio.sleep(0.01)
-    admission.release(first.slot)
-    final = await resumed
-    assert isinstance(final, Admit) and final.slot and final.tier == "p2"
-    assert int(final.set_headers["x-qos-queue-wait-ms"]) >= 5
+    admission.release(first.record.slot)
+    final = await held.task
+    assert isinstance(final, Admit) and final.record.slot and final.record.tier == "p2"
+    assert int(final.upstream.set_headers["x-qos-queue-wait-ms"]) >= 5
 
 
 @pytest.mark.asyncio
 async def test_a_held_request_gets_its_fallback_when_its_wait_runs_out():
     decider, _ = queued_decider(FakeLimiter(), tiers={"p2": {"max_queue_wait_seconds": 0.02}})
     await decider.decide(chat("k-p0"))
-    held = await decider.decide(chat("k-p2"))
-    final = await held.resume()
-    assert isinstance(final, Respond)
+    held = await begin(decider, chat("k-p2"))
+    final = await held.task
+    assert held.held and isinstance(final, Respond)
     assert (final.status, final.reason) == (200, "shed_queue_timeout")
 
 
@@ -326,10 +375,10 @@ async def test_a_held_request_gets_its_fallback_when_its_wait_runs_out():
 async def test_a_bucket_that_refills_soon_is_waited_for():
     limiter = RefillsSoon()
     decider, _ = queued_decider(limiter, max_concurrency=5)
-    held = await decider.decide(chat("k-p2"))
-    assert isinstance(held, Hold)
-    final = await held.resume()
-    assert isinstance(final, Admit) and final.slot
+    held = await begin(decider, chat("k-p2"))
+    assert held.held
+    final = await held.task
+    assert isinstance(final, Admit) and final.record.slot
     assert len(limiter.calls) == 2
     far = FakeLimiter(Verdict(False, refused=0, retry_after=30.0))  # past P2's 2 s
     decider, _ = queued_decider(far, max_concurrency=5)
@@ -346,25 +395,22 @@ async def test_a_newcomer_waits_behind_those_waiting_for_budget_without_asking_f
     decider, _ = queued_decider(
         refusing, max_concurrency=5, fleet={"capacity_tokens_per_second": 5000}
     )
-    first = await decider.decide(chat("k-p2"))
-    assert isinstance(first, Hold)
-    waiting = asyncio.create_task(first.resume())
-    await asyncio.sleep(0)  # it now waits for its 104 tokens
-    second = await decider.decide(chat("k-p2"))
-    assert isinstance(second, Hold)
+    first = await begin(decider, chat("k-p2"))
+    assert first.held  # it now waits for its 104 tokens
+    second = await begin(decider, chat("k-p2"))
+    assert second.held
     assert len(refusing.calls) == 1  # it did not ask before the one waiting
-    behind = asyncio.create_task(second.resume())
-    await asyncio.sleep(0)
     third = await decider.decide(chat("k-p2"))
     assert isinstance(third, Respond) and third.reason == "shed_tier_budget"
     assert len(refusing.calls) == 1  # answered at once, from the line's length
-    for task in (waiting, behind):
-        task.cancel()
+    for waiting in (first, second):
+        waiting.task.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await task
+            await waiting.task
     asked = len(refusing.calls)  # the second asked when its turn came
-    fourth = await decider.decide(chat("k-p2"))  # nobody waits any more: it asks
-    assert isinstance(fourth, Hold) and len(refusing.calls) == asked + 1
+    fourth = await begin(decider, chat("k-p2"))  # nobody waits any more: it asks
+    assert fourth.held and len(refusing.calls) == asked + 1
+    await fourth.stop()
 
 
 @pytest.mark.asyncio
@@ -383,19 +429,16 @@ async def test_while_a_line_waits_a_newcomer_dearer_than_the_budget_serves_is_cu
 
     held = []
     for tokens in (104, 1004, 1004):  # 2112 tokens asked: all fit what refills
-        decision = await decider.decide(costing(tokens))
-        assert isinstance(decision, Hold)
-        held.append(asyncio.create_task(decision.resume()))
-        await asyncio.sleep(0)
+        held.append(await begin(decider, costing(tokens)))
+        assert held[-1].held
     # 3312 asked: the 2500 serve the 104 and both 1004s; a 1200 is dearer than those.
     dear = await decider.decide(costing(1200))
     assert isinstance(dear, Respond) and dear.reason == "shed_tier_budget"
-    cheap = await decider.decide(costing(104))
-    assert isinstance(cheap, Hold)
+    cheap = await begin(decider, costing(104))
+    assert cheap.held
     assert len(refusing.calls) == 1  # only the first asked: the others found a line
-    for task in held:
-        task.cancel()
-    await asyncio.gather(*held, return_exceptions=True)
+    for waiting in (*held, cheap):
+        await waiting.stop()
 
 
 @pytest.mark.asyncio
@@ -408,9 +451,9 @@ async def test_a_tenant_over_its_rate_when_its_turn_comes_is_told_so():
             return Verdict(False, refused=buckets[1], retry_after=0.5)
 
     decider, _ = queued_decider(TenantEmptiesLater(), max_concurrency=5)
-    held = await decider.decide(chat("k-cap", messages=SHORT))
-    assert isinstance(held, Hold)
-    final = await held.resume()
+    held = await begin(decider, chat("k-cap", messages=SHORT))
+    assert held.held
+    final = await held.task
     assert isinstance(final, Respond) and final.reason == "tenant_rate_limited"
     assert final.status == 429 and final.headers["retry-after"] == "1"
 
@@ -420,20 +463,21 @@ async def test_the_tiers_vllm_priority_replaces_any_the_client_sent():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=5, engine={"send_priority": True})
     spoof = {"x-vllm-priority": "-100", "x-data-parallel-rank": "1", "x-vllm-future": "1"}
     decision = await decider.decide(chat("k-p2", extra_headers=spoof, priority=-100))
-    assert json.loads(decision.replace_body)["priority"] == 2
+    upstream = decision.upstream
+    assert json.loads(upstream.replace_body)["priority"] == 2
     # The header vLLM reads before the body carries the tier's value, not the client's.
-    assert decision.set_headers["x-vllm-priority"] == "2"
-    assert "x-vllm-priority" not in decision.remove_headers
-    assert {"x-data-parallel-rank", "x-vllm-future"} <= set(decision.remove_headers)
-    p0 = await decider.decide(chat("k-p0"))
+    assert upstream.set_headers["x-vllm-priority"] == "2"
+    assert "x-vllm-priority" not in upstream.remove_headers
+    assert {"x-data-parallel-rank", "x-vllm-future"} <= set(upstream.remove_headers)
+    p0 = (await decider.decide(chat("k-p0"))).upstream
     assert json.loads(p0.replace_body)["priority"] == 0
     assert p0.set_headers["x-vllm-priority"] == "0"
     off, _ = queued_decider(FakeLimiter(), max_concurrency=5)
-    stripped = await off.decide(chat("k-p2", extra_headers=spoof, priority=-100))
+    stripped = (await off.decide(chat("k-p2", extra_headers=spoof, priority=-100))).upstream
     assert "priority" not in json.loads(stripped.replace_body)
     assert "x-vllm-priority" not in stripped.set_headers
     assert set(spoof) <= set(stripped.remove_headers)
-    untouched = await off.decide(chat("k-p2"))
+    untouched = (await off.decide(chat("k-p2"))).upstream
     assert untouched.replace_body is None
     assert {"x-vllm-priority", "x-data-parallel-rank"} <= set(untouched.remove_headers)
 
@@ -444,13 +488,13 @@ async def test_engine_headers_are_stripped_on_every_admitted_path():
     models = RequestView("GET", "/v1/models", {"authorization": "Bearer k-p2", **spoof}, None)
     passed = await decider(FakeLimiter()).decide(models)
     assert isinstance(passed, Admit)
-    assert set(spoof) <= set(passed.remove_headers)
+    assert set(spoof) <= set(passed.upstream.remove_headers)
     shadow = decider_with(
         FakeLimiter(), Shedding(p2=Reason.SHED_KV_WATERMARK), OperatorMode(mode=Mode.SHADOW)
     )
     untouched = await shadow.decide(chat("k-p2", extra_headers=spoof))
-    assert untouched.label == "shadow_shed_kv_watermark"
-    assert set(spoof) <= set(untouched.remove_headers)
+    assert untouched.record.label == "shadow_shed_kv_watermark"
+    assert set(spoof) <= set(untouched.upstream.remove_headers)
 
 
 @pytest.mark.asyncio
@@ -458,10 +502,11 @@ async def test_streamed_answers_are_sampled_for_their_first_token_time():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 1.0})
     assert decider.watch_response()
     watched = dataclasses.replace(chat("k-p2", stream=True), response_watched=True)
-    assert (await decider.decide(watched)).time_first_byte
-    assert not (await decider.decide(chat("k-p2", stream=True))).time_first_byte  # not asked
+    assert (await decider.decide(watched)).record.time_first_byte
+    unasked = await decider.decide(chat("k-p2", stream=True))
+    assert not unasked.record.time_first_byte  # not asked
     whole = dataclasses.replace(chat("k-p2"), response_watched=True)
-    assert not (await decider.decide(whole)).time_first_byte  # nothing to time
+    assert not (await decider.decide(whole)).record.time_first_byte  # nothing to time
     never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
     assert not any(never.watch_response() for _ in range(100))
     capped, _ = queued_decider(
@@ -478,4 +523,5 @@ async def test_an_admission_counts_what_it_reserved_not_the_whole_it_asked():
     charging = decider(limiter, tiers={"p1": {"output_weight": 1.0}})
     admitted = await charging.decide(chat("k-cap", messages=SHORT, max_tokens=200))
     assert isinstance(admitted, Admit)
-    assert admitted.cost == pytest.approx(50) and limiter.calls[0][0] == pytest.approx(50)
+    assert admitted.record.cost == pytest.approx(50)
+    assert limiter.calls[0][0] == pytest.approx(50)

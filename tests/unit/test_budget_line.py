@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from sidecar.request.admission.budget_line import BudgetWaiters
 from sidecar.request.limiter.buckets import BucketSpec, Verdict
+from sidecar.request.queueing.budget_line import BudgetWaiters
 
 BUCKET = BucketSpec("qos:{bucket-p1}:tier", rate=100.0, burst=100.0)
 SOON = Verdict(False, refused=BUCKET, retry_after=0.005)

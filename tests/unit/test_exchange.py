@@ -10,7 +10,14 @@ from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import Proces
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
-from sidecar.request.policy.decision import Admit, Decision, RequestView, Respond
+from sidecar.request.policy.decision import (
+    Admission,
+    Admit,
+    Decision,
+    RequestView,
+    Respond,
+    Upstream,
+)
 
 
 def headers(pairs: dict[str, str], end_of_stream: bool = False, raw: bool = True):
@@ -46,18 +53,30 @@ def response_headers(status: str = "200", end_of_stream: bool = False):
 
 
 class Recording:
-    """A decider that remembers what it saw and answers what it was told."""
+    """A decider that remembers what it saw and answers what it was told, having held
+    the exchange `holds` seconds first when told to (and waited `waits` seconds)."""
 
-    def __init__(self, decision: Decision | Exception, watch: bool = True) -> None:
+    def __init__(
+        self,
+        decision: Decision | Exception,
+        watch: bool = True,
+        holds: float | None = None,
+        waits: float = 0.0,
+    ) -> None:
         self.decision = decision
         self.watch = watch
+        self.holds = holds
+        self.waits = waits
         self.seen: list[RequestView] = []
 
     def watch_response(self) -> bool:
         return self.watch
 
-    async def decide(self, request: RequestView) -> Decision:
+    async def decide(self, request: RequestView, hold) -> Decision:
         self.seen.append(request)
+        if self.holds is not None:
+            await hold(self.holds)
+            await asyncio.sleep(self.waits)
         if isinstance(self.decision, Exception):
             raise self.decision
         return self.decision
@@ -125,9 +144,11 @@ async def test_respond_becomes_an_immediate_response_and_ends_the_exchange():
 @pytest.mark.asyncio
 async def test_admit_applies_headers_and_a_replaced_body_with_its_length():
     admit = Admit(
-        set_headers={"x-qos-tier": "p1"},
-        remove_headers=("x-qos-spoof",),
-        replace_body=b'{"short":1}',
+        Upstream(
+            set_headers={"x-qos-tier": "p1"},
+            remove_headers=("x-qos-spoof",),
+            replace_body=b'{"short":1}',
+        )
     )
     exchange = Exchange(Recording(admit))
     await exchange.handle(request_headers())
@@ -172,7 +193,7 @@ async def test_a_failing_decider_admits_instead_of_failing_the_request():
     await exchange.handle(request_headers())
     answer = await exchange.handle(request_body(BODY))
     assert answer.WhichOneof("response") == "request_body"
-    assert [d.reason for d in seen] == ["decider_error"]
+    assert [d.record.reason for d in seen] == ["decider_error"]
 
 
 @pytest.mark.asyncio
@@ -193,15 +214,9 @@ async def test_headers_are_read_from_value_and_raw_value_and_lower_cased():
 
 @pytest.mark.asyncio
 async def test_a_held_request_is_answered_twice_wait_then_decision():
-    from sidecar.request.policy.decision import Hold
-
-    async def resume():
-        return Admit(reason="admitted", slot="s-1")
-
     seen = []
-    exchange = Exchange(
-        Recording(Hold(resume, max_wait=4.0)), on_decision=lambda d, s: seen.append(d)
-    )
+    admit = Admit(record=Admission(slot="s-1"))
+    exchange = Exchange(Recording(admit, holds=4.0), on_decision=lambda d, s: seen.append(d))
     await exchange.handle(request_headers())
     answers = []
 
@@ -211,8 +226,8 @@ async def test_a_held_request_is_answered_twice_wait_then_decision():
     await exchange.answer(request_body(BODY), send)
     assert [a.WhichOneof("response") for a in answers] == [None, "request_body"]
     assert answers[0].override_message_timeout.ToTimedelta().total_seconds() == 5.0
-    assert [d.slot for d in seen] == ["s-1"]
-    assert exchange.admitted.slot == "s-1"
+    assert [d.record.slot for d in seen] == ["s-1"]
+    assert exchange.admitted.record.slot == "s-1"
     assert exchange.phase is Phase.RESPONSE_HEADERS
 
 
@@ -220,8 +235,8 @@ async def test_a_held_request_is_answered_twice_wait_then_decision():
 async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
     firsts = []
     exchange = Exchange(
-        Recording(Admit(slot="s", tier="p0", time_first_byte=True)),
-        on_first_byte=lambda admit, seconds: firsts.append((admit.slot, seconds)),
+        Recording(Admit(record=Admission(slot="s", tier="p0", time_first_byte=True))),
+        on_first_byte=lambda record, seconds: firsts.append((record.slot, seconds)),
     )
     await exchange.handle(request_headers())
     await exchange.handle(request_body(BODY))
@@ -238,7 +253,7 @@ async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
 
 @pytest.mark.asyncio
 async def test_unsampled_streams_are_not_watched():
-    exchange = Exchange(Recording(Admit(slot="s", tier="p0")))
+    exchange = Exchange(Recording(Admit(record=Admission(slot="s", tier="p0"))))
     await exchange.handle(request_headers())
     await exchange.handle(request_body(BODY))
     answer = await exchange.handle(response_headers())
@@ -247,7 +262,7 @@ async def test_unsampled_streams_are_not_watched():
 
 @pytest.mark.asyncio
 async def test_envoy_is_asked_for_the_response_only_when_the_decider_watches_it():
-    watched = Recording(Admit(slot="s"), watch=True)
+    watched = Recording(Admit(record=Admission(slot="s")), watch=True)
     exchange = Exchange(watched)
     answer = await exchange.handle(request_headers())
     assert answer.WhichOneof("response") == "request_headers"
@@ -260,7 +275,7 @@ async def test_envoy_is_asked_for_the_response_only_when_the_decider_watches_it(
     await exchange.handle(request_body(BODY))
     assert watched.seen[0].response_watched and exchange.response_watched
 
-    unwatched = Recording(Admit(slot="s"), watch=False)
+    unwatched = Recording(Admit(record=Admission(slot="s")), watch=False)
     exchange = Exchange(unwatched)
     answer = await exchange.handle(request_headers())
     assert not answer.HasField("mode_override")
@@ -271,17 +286,11 @@ async def test_envoy_is_asked_for_the_response_only_when_the_decider_watches_it(
 @pytest.mark.asyncio
 async def test_a_refusal_after_a_hold_says_how_long_it_was_held_and_one_at_once_does_not():
     from sidecar.refusals import Reason
-    from sidecar.request.policy.decision import Hold
 
     refusal = Respond(status=200, body=b"{}", reason=Reason.SHED_TIER_BUDGET, tier="p1")
-
-    async def resume():
-        await asyncio.sleep(0.05)
-        return refusal
-
     seen = []
-    for decision in (Hold(resume, max_wait=4.0), refusal):
-        exchange = Exchange(Recording(decision), on_decision=lambda d, s: seen.append(d))
+    for decider in (Recording(refusal, holds=4.0, waits=0.05), Recording(refusal)):
+        exchange = Exchange(decider, on_decision=lambda d, s: seen.append(d))
         await exchange.handle(request_headers())
 
         async def send(answer):

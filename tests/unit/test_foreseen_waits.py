@@ -10,11 +10,11 @@ from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig, QueueConfig, TierConfig
 from sidecar.config.store import Snapshot
 from sidecar.refusals import Refusal
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.admission.patience import MAX_WAIT_HEADER, max_wait
+from sidecar.request.admission.pricing import MAX_WAIT_HEADER, max_wait
 from sidecar.request.openai_api.prompt import estimate_text_tokens
-from sidecar.request.policy.decision import Admit, Hold, Respond
+from sidecar.request.policy.decision import Admit, Respond
 from sidecar.request.queueing.forecast import (
     FirstTokenTimes,
     ReleaseRate,
@@ -23,7 +23,7 @@ from sidecar.request.queueing.forecast import (
 )
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
-from tests.unit.test_admission_decider import SHORT, TENANTS, FakeLimiter, chat, lookup
+from tests.unit.test_admission_decider import SHORT, TENANTS, FakeLimiter, begin, chat, lookup
 
 
 class Clock:
@@ -100,11 +100,11 @@ def test_a_client_may_ask_to_wait_less_never_more():
             max_wait({MAX_WAIT_HEADER: bad}, tier)
 
 
-def decider_with_clock(clock: Clock, **config) -> tuple[AdmissionDecider, AdmissionQueue]:
+def decider_with_clock(clock: Clock, **config) -> tuple[AdmissionDirector, AdmissionQueue]:
     qos = QosConfig.from_partial({"fleet": {"max_concurrency": 1}, **config})
     snapshot = Snapshot(1, qos, TENANTS)
     admission = AdmissionQueue(lambda: qos, clock=clock)
-    decider = AdmissionDecider(
+    decider = AdmissionDirector(
         lambda: snapshot,
         IdentityResolver(lookup),
         FakeLimiter(),
@@ -115,13 +115,13 @@ def decider_with_clock(clock: Clock, **config) -> tuple[AdmissionDecider, Admiss
     return decider, admission
 
 
-async def released_every(decider: AdmissionDecider, admission: AdmissionQueue, clock, seconds):
+async def released_every(decider: AdmissionDirector, admission: AdmissionQueue, clock, seconds):
     """Ten P0 requests served one after another, each holding the one slot `seconds`."""
     for _ in range(10):
         taken = await decider.decide(chat("k-p0"))
         assert isinstance(taken, Admit)
         clock.now += seconds
-        admission.release(taken.slot)
+        admission.release(taken.record.slot)
 
 
 @pytest.mark.asyncio
@@ -136,8 +136,9 @@ async def test_a_wait_foreseen_longer_than_the_tier_allows_is_answered_at_once()
     assert isinstance(shed, Respond) and shed.reason == "shed_queue_foreseen"
     assert shed.status == 200  # its tier's fallback, as after a wait
     # P0 may wait 10 s: it is held, and told what its wait was foreseen to be.
-    held = await decider.decide(chat("k-p0"))
-    assert isinstance(held, Hold)
+    held = await begin(decider, chat("k-p0"))
+    assert held.holds == [10.0]
+    await held.stop()
 
 
 @pytest.mark.asyncio
@@ -146,12 +147,11 @@ async def test_a_wait_foreseen_within_the_limit_is_held_and_its_forecast_kept():
     decider, admission = decider_with_clock(clock)
     await released_every(decider, admission, clock, 0.5)  # two releases a second
     busy = await decider.decide(chat("k-p0"))
-    held = await decider.decide(chat("k-p2"))
-    assert isinstance(held, Hold)
-    resumed = held.resume()
-    admission.release(busy.slot)
-    final = await resumed
-    assert isinstance(final, Admit) and final.foreseen_wait == pytest.approx(0.5)
+    held = await begin(decider, chat("k-p2"))
+    assert held.held
+    admission.release(busy.record.slot)
+    final = await held.task
+    assert isinstance(final, Admit) and final.record.foreseen_wait == pytest.approx(0.5)
 
 
 @pytest.mark.asyncio
@@ -162,8 +162,9 @@ async def test_a_client_that_will_not_wait_is_answered_at_once_when_no_slot_is_f
     assert isinstance(free, Admit)  # a free slot needs no wait
     shed = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "0"}))
     assert isinstance(shed, Respond) and shed.reason == "shed_queue_timeout"
-    short = await decider.decide(chat("k-p2", extra_headers={MAX_WAIT_HEADER: "300"}))
-    assert isinstance(short, Hold) and short.max_wait == 0.3
+    short = await begin(decider, chat("k-p2", extra_headers={MAX_WAIT_HEADER: "300"}))
+    assert short.holds == [0.3]
+    await short.stop()
 
 
 @pytest.mark.asyncio
@@ -180,8 +181,9 @@ async def test_with_forecasts_off_every_request_waits_its_time_out():
     decider, admission = decider_with_clock(clock, queue={"foresee_waits": False})
     await released_every(decider, admission, clock, 3.0)
     await decider.decide(chat("k-p0"))
-    held = await decider.decide(chat("k-p2"))
-    assert isinstance(held, Hold) and held.max_wait == 2.0
+    held = await begin(decider, chat("k-p2"))
+    assert held.holds == [2.0]
+    await held.stop()
 
 
 def test_first_token_times_are_known_from_enough_recent_streams():
@@ -205,10 +207,10 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
     for _ in range(8):
         admission.first_tokens.note(Tier.P1, "default", 2.2)
     await decider.decide(chat("k-p0"))  # the one slot is taken
-    stream = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
-    assert isinstance(stream, Hold) and stream.max_wait == pytest.approx(0.8)
-    whole = await decider.decide(chat("k-cap", messages=SHORT))  # its SLO is not a TTFT
-    assert isinstance(whole, Hold) and whole.max_wait == 5.0
+    stream = await begin(decider, chat("k-cap", messages=SHORT, stream=True))
+    assert stream.holds == [pytest.approx(0.8)]
+    whole = await begin(decider, chat("k-cap", messages=SHORT))  # its SLO is not a TTFT
+    assert whole.holds == [5.0]
     for _ in range(8):
         admission.first_tokens.note(Tier.P1, "default", 3.5)  # later than the target
     late = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
@@ -217,5 +219,7 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
     for _ in range(8):
         queue.first_tokens.note(Tier.P1, "default", 2.2)
     await off.decide(chat("k-p0"))
-    uncapped = await off.decide(chat("k-cap", messages=SHORT, stream=True))
-    assert isinstance(uncapped, Hold) and uncapped.max_wait == 5.0
+    uncapped = await begin(off, chat("k-cap", messages=SHORT, stream=True))
+    assert uncapped.holds == [5.0]
+    for waiting in (stream, whole, uncapped):
+        await waiting.stop()

@@ -15,7 +15,7 @@ from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.extproc.exchange import Exchange
 from sidecar.request.limiter.buckets import Verdict
@@ -103,15 +103,15 @@ header_names = st.sampled_from(
     body=st.binary(max_size=200) | st.just(b'{"messages":[{"role":"user","content":"x"}]}'),
 )
 def test_any_headers_and_body_get_a_decision_never_an_exception(headers, body):
-    decider = AdmissionDecider(
+    decider = AdmissionDirector(
         lambda: SNAPSHOT, IdentityResolver(lookup), Limiter(), estimate_text_tokens
     )
     failures = []
 
     class Watching(Exchange):
-        async def _ask(self, decide, *args):
+        async def _ask(self, view, hold):
             try:
-                return await decide(*args)
+                return await self._decider.decide(view, hold)
             except Exception as error:  # the decider must never get here
                 failures.append(error)
                 raise

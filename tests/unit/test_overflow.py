@@ -13,7 +13,7 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
 from sidecar.request.limiter.buckets import Verdict
@@ -73,10 +73,10 @@ class BigIsFull(SheddingState):
         return state
 
 
-def decider(limiter: FakeLimiter, shedding=BigIsFull, **config) -> AdmissionDecider:
+def decider(limiter: FakeLimiter, shedding=BigIsFull, **config) -> AdmissionDirector:
     qos = QosConfig.from_partial({**BIG_AND_SMALL, **config})
     snapshot = Snapshot(1, qos, TENANTS)
-    return AdmissionDecider(
+    return AdmissionDirector(
         lambda: snapshot,
         IdentityResolver(lookup),
         limiter,
@@ -97,11 +97,12 @@ def chat(tokens: int = 40, headers: dict | None = None, **body) -> RequestView:
 async def test_a_request_shed_for_its_pools_load_is_admitted_by_the_smaller_model():
     limiter = FakeLimiter()
     decision = await decider(limiter).decide(chat(max_tokens=500))
-    assert isinstance(decision, Admit) and decision.pool == "small"
-    assert decision.overflowed_from == "big"
-    assert decision.set_headers["x-qos-pool"] == "small"
-    assert decision.set_headers[OVERFLOW_HEADER] == ("small; from=big; reason=shed_kv_watermark")
-    body = json.loads(decision.replace_body)
+    assert isinstance(decision, Admit) and decision.record.pool == "small"
+    assert decision.record.overflowed_from == "big"
+    upstream = decision.upstream
+    assert upstream.set_headers["x-qos-pool"] == "small"
+    assert upstream.set_headers[OVERFLOW_HEADER] == ("small; from=big; reason=shed_kv_watermark")
+    body = json.loads(upstream.replace_body)
     assert body["model"] == "llama-8b" and body["max_tokens"] == 64  # small's P1 cap
     ((cost, buckets),) = limiter.calls  # one budget call: the small pool's, as priced there
     assert cost == 40  # the capped tenant's bucket holds 50
@@ -185,8 +186,9 @@ SHORT_AT_HOME = Verdict(False, refused=0, retry_after=30.0)
 async def test_a_budget_shed_is_taken_from_the_other_pools_budgets_in_the_same_call():
     limiter = OneCall(SHORT_AT_HOME, Verdict(True, remaining=80.0, elsewhere=True))
     decision = await decider(limiter, SheddingState).decide(chat())
-    assert isinstance(decision, Admit) and decision.pool == "small"
-    assert decision.set_headers[OVERFLOW_HEADER] == "small; from=big; reason=shed_tier_budget"
+    assert isinstance(decision, Admit) and decision.record.pool == "small"
+    told = decision.upstream.set_headers[OVERFLOW_HEADER]
+    assert told == "small; from=big; reason=shed_tier_budget"
     assert len(limiter.calls) == 1  # one Redis call decided both pools
     (offered,) = limiter.offered
     assert offered.buckets[0].key == "qos:{bucket-p1}:tier:pool:small"
@@ -210,7 +212,7 @@ async def test_a_limiter_that_cannot_offer_is_asked_once_more_for_the_other_pool
 
     limiter = TwoCalls()
     decision = await decider(limiter, SheddingState).decide(chat())
-    assert isinstance(decision, Admit) and decision.pool == "small"
+    assert isinstance(decision, Admit) and decision.record.pool == "small"
     assert [calls[1][0].key for calls in limiter.calls] == [
         "qos:{bucket-p1}:tier:pool:big",
         "qos:{bucket-p1}:tier:pool:small",

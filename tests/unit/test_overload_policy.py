@@ -9,8 +9,9 @@ from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 from sidecar.loops.overload.load import PodLoad, aggregate
-from sidecar.loops.overload.shedding import SheddingState, overload_refusal
+from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
+from sidecar.request.admission.overload import overload_refusal
 
 CONFIG = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
 

@@ -17,7 +17,7 @@ from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.loops.overload.load import PodLoad, aggregate, pool_of
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.loops.slo.samples import samples_key
-from sidecar.request.admission.decider import AdmissionDecider
+from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.openai_api.prompt import estimate_text_tokens
@@ -169,7 +169,7 @@ async def test_each_pool_has_its_own_slots():
 KEYS = {hash_api_key("k-p1"): "acme"}
 
 
-def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDecider, list]:
+def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDirector, list]:
     calls: list = []
 
     class Limiter:
@@ -182,7 +182,7 @@ def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDeci
 
     snapshot = Snapshot(1, config(document), {"acme": tenant or Tenant(tier=Tier.P1)})
     return (
-        AdmissionDecider(
+        AdmissionDirector(
             lambda: snapshot, IdentityResolver(lookup), Limiter(), estimate_text_tokens
         ),
         calls,
@@ -202,12 +202,14 @@ async def test_a_request_goes_to_its_model_s_pool_and_a_client_cannot_choose_ano
     pooled, calls = decider(TWO_POOLS)
     admit = await pooled.decide(request("qwen-72b", **{"x-qos-pool": "chat"}))
     assert isinstance(admit, Admit)
-    assert admit.set_headers["x-qos-pool"] == "shop" and admit.reroute and admit.pool == "shop"
+    upstream = admit.upstream
+    assert upstream.set_headers["x-qos-pool"] == "shop" and upstream.reroute
+    assert admit.record.pool == "shop"
     (tier_bucket,) = calls[-1]
     assert tier_bucket.key == tier_bucket_key("p1", "shop")
     assert tier_bucket.rate == pytest.approx(0.35 * 20_000)  # shop's capacity, P1's share
     unpooled, _ = decider({})
-    plain = await unpooled.decide(request("anything", **{"x-qos-pool": "chat"}))
+    plain = (await unpooled.decide(request("anything", **{"x-qos-pool": "chat"}))).upstream
     assert "x-qos-pool" not in plain.set_headers and not plain.reroute
     assert "x-qos-pool" in plain.remove_headers
 

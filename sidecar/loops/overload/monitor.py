@@ -119,6 +119,10 @@ class LoadMonitor:
     def snapshot(self) -> Snapshot:
         return self._snapshot()
 
+    def shedding(self) -> SheddingState:
+        """The shedding rules in force, as requests read them."""
+        return self.state
+
     async def _read_recent(self, pods: list[PodLoad], overload: OverloadConfig) -> RecentAdmissions:
         """The admissions recorded since the oldest fresh report, per pool. A failed read
         (a master away) counts as none read, so this sidecar's own admissions count until

@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sidecar.config.base import Tier
-from sidecar.config.operator_state import Mode
 from sidecar.config.pools import Pool
 from sidecar.config.schema import QosConfig, TierConfig
-from sidecar.config.store import Snapshot
 from sidecar.loops.overload.load import ClusterLoad
 from sidecar.refusals import Reason
 
@@ -90,13 +88,3 @@ class SheddingState:
         ):
             return Reason.SHED_INFLIGHT
         return None
-
-
-def overload_refusal(tier: Tier, snapshot: Snapshot, state: SheddingState) -> Reason | None:
-    """Why `tier` is shed before any budget is asked for, or None to go on."""
-    mode = snapshot.mode
-    if mode.mode is Mode.CORE_ONLY and tier is not Tier.P0:
-        return Reason.SHED_CORE_ONLY
-    if tier in mode.force_shed:
-        return Reason.SHED_FORCED
-    return state.shedding[tier]

@@ -1,6 +1,5 @@
 """A request's budgets: the tier's bucket in its pool (shared fairly by the tier's
-tenants) and its tenant's own, with their rates, bursts and debts; whom a waiter waits
-behind; and the refusal of a prompt no burst of them holds. Pure."""
+tenants) and its tenant's own, with their rates, bursts and debts. Pure."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ from sidecar.budget_layout import fair_share_keys, tenant_bucket_key, tier_bucke
 from sidecar.config.operator_state import Tenant
 from sidecar.config.pools import Pool
 from sidecar.config.store import Snapshot
-from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.identity import Identity
-from sidecar.request.limiter.buckets import BucketSpec, FairShare, Owner, Verdict
+from sidecar.request.limiter.buckets import BucketSpec, FairShare, Owner
 
 
 def budget_buckets(
@@ -50,53 +48,4 @@ def _fair_share(
         fairness.window_seconds,
         fairness.active_seconds,
         fairness.reserve * burst,
-    )
-
-
-def waiting_key(refused: BucketSpec) -> str:
-    """Whom a request waits behind: those of its bucket or, in a tier shared fairly, those
-    of its own tenant (a tenant over its share waits for what lies above the tier's
-    reserve; the others must not wait behind it)."""
-    return refused.key if refused.fair is None else f"{refused.key}|{refused.fair.tenant}"
-
-
-def budget_reason(verdict: Verdict) -> Reason:
-    return Reason.SHED_FAIR_SHARE if verdict.over_fair_share else Reason.SHED_TIER_BUDGET
-
-
-def budget_refusal(identity: Identity, cost: float, verdict: Verdict, first: BucketSpec) -> Refusal:
-    """Why a request its budgets refused is answered: its tier is shed, its tenant is
-    over its rate, or no burst will ever hold it."""
-    refused = verdict.refused or first
-    if verdict.retry_after is None:
-        return too_big(identity, cost, refused)
-    if refused.owner is Owner.TENANT:
-        return Refusal(
-            Reason.TENANT_RATE_LIMITED,
-            f"Rate limit reached for tenant {identity.tenant_label}.",
-            retry_after=verdict.retry_after,
-        )
-    reason = budget_reason(verdict)
-    return Refusal(reason, f"Tier {identity.tier.value} is shed: {reason.value}.")
-
-
-def too_big(identity: Identity, cost: float, bucket: BucketSpec) -> Refusal:
-    """A prompt no burst of this budget holds: the message names the bucket, its size
-    and the burst that would admit it."""
-    seconds = cost / bucket.rate
-    if bucket.owner is Owner.TENANT:
-        whose = f"tenant {identity.tenant_label}'s budget"
-        fix = (
-            f"`qos-sidecar tenants add {identity.tenant_label} --update "
-            f"--burst-seconds {seconds:.2g}`"
-        )
-    else:
-        whose = f"tier {identity.tier.value}'s budget"
-        fix = f"tiers.{identity.tier.value}.burst_seconds {seconds:.2g}"
-    return Refusal(
-        Reason.COST_EXCEEDS_BURST,
-        f"This request's prompt costs {cost:.0f} budget tokens, more than the "
-        f"{bucket.burst:.0f} {whose} can ever hold ({bucket.rate:g} tokens/s, "
-        f"{bucket.burst / bucket.rate:g} s of burst). Shorten the prompt, or give the "
-        f"budget a burst of {seconds:.2g} s: {fix}.",
     )

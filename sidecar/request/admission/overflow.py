@@ -1,32 +1,32 @@
-"""Degrade, don't refuse: a request its pool sheds for load (the watermarks, the in-flight
-rule, no pod reporting) or for the pool's tier budget is offered to the pools its tier
-overflows to (`pools.NAME.tiers.pN.overflow`), in order. The first that admits it serves
-it: routed there, the body's `model` rewritten to that pool's model, charged to that
-pool's budgets (its tenant's own as usual) and counted in its load. One hop at most;
-never for a client that refuses a substitute (X-QoS-Substitute: no), nor for a request
-the pool's model cannot take (its prompt and max_tokens against max_model_len; anything
-but text in and text out: embeddings, media, token ids, a conversation the own pool's
-engine stored). The client is told: the answer's `model` is the model
-that answered, and X-QoS-Overflow names the pool and why (Envoy copies it from the
-request the sidecar tagged). Pure."""
+"""Choose the pool: where a request may be served, in order. Its own pool first; then,
+degrade, don't refuse: should its pool shed it for load (the watermarks, the in-flight
+rule, no pod reporting) or for the pool's tier budget, the pools its tier overflows to
+(`pools.NAME.tiers.pN.overflow`), in order. Which of them serves it is decided by one
+mechanism: the overload stage drops those shed for load, and the budget stage takes the
+first whose budgets admit it, offering the next in the same Redis call.
+
+A request served elsewhere is routed there, the body's `model` rewritten to that pool's
+model, charged to that pool's budgets (its tenant's own as usual) under its guards, and
+counted in its load. One hop at most; never for a client that refuses a substitute
+(X-QoS-Substitute: no), nor for a request the pool's model cannot take (its prompt and
+max_tokens against max_model_len; anything but text in and text out: embeddings, media,
+token ids, a conversation the own pool's engine stored). The client is told: the
+answer's `model` is the model that answered, and X-QoS-Overflow names the pool and why
+(Envoy copies it from the request the sidecar tagged). Pure."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sidecar.config.pools import Pool
 from sidecar.refusals import Reason, Refusal
+from sidecar.request.admission.request import Placement
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.policy.cost import price
-from sidecar.request.policy.decision import Decision, admitted_as
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.kinds import RouteKind
-
-if TYPE_CHECKING:  # the request carries an Overflow: imported for its type only
-    from sidecar.request.admission.request import AdmissionRequest
 
 # What sheds a request for its pool's sake, which another pool may not suffer from.
 OVERFLOW_REASONS = frozenset(
@@ -55,12 +55,15 @@ OVERFLOW_HEADER = "x-qos-overflow"
 
 
 @dataclass(frozen=True)
-class Overflow:
-    source: str  # the pool that shed it
-    reason: Reason  # why it did
+class Places:
+    """Where a request may be served, in order."""
 
-    def header(self, target: str) -> str:
-        return f"{target}; from={self.source}; reason={self.reason.value}"
+    home: Placement  # its own pool
+    # The pools its tier overflows to that can take it: tried once its own pool sheds it
+    # for one of OVERFLOW_REASONS.
+    elsewhere: tuple[Placement, ...] = ()
+    # Its own pool sheds it for load: served elsewhere, or refused so.
+    home_shed: Refusal | None = None
 
 
 def substitute_allowed(headers: Mapping[str, str]) -> bool:
@@ -78,23 +81,14 @@ def substitute_allowed(headers: Mapping[str, str]) -> bool:
     return answer == "yes"
 
 
-def elsewhere(request: AdmissionRequest, shed: Reason) -> Iterator[AdmissionRequest]:
-    """The request its pool sheds for `shed` as each pool its tier overflows to would
-    take it, in order; none when it may not overflow."""
-    if (
-        request.overflow is not None
-        or not request.substitute
-        or shed not in OVERFLOW_REASONS
-        or not _portable(request.parsed)
-    ):
-        return
-    overflow = Overflow(request.pool.name, shed)
-    for name in request.tier_config.overflow:
-        target = request.snapshot.pools.get(name)
-        if target is not None:
-            moved = _moved(request, target, overflow)
-            if moved is not None:
-                yield moved
+def choose_pools(home: Placement) -> Places:
+    """Its own pool, and each pool its tier overflows to as that pool would take it."""
+    names = home.tier_config.overflow
+    if not names or not home.asked.substitute or not _portable(home.asked.parsed):
+        return Places(home)
+    pools = home.asked.snapshot.pools
+    moved = (_moved(home, target) for target in map(pools.get, names) if target is not None)
+    return Places(home, tuple(place for place in moved if place is not None))
 
 
 def _portable(parsed: ParsedRequest) -> bool:
@@ -110,37 +104,31 @@ def _portable(parsed: ParsedRequest) -> bool:
     return not (isinstance(given, list) and any(not isinstance(part, str) for part in given))
 
 
-def _moved(request: AdmissionRequest, target: Pool, overflow: Overflow) -> AdmissionRequest | None:
-    parsed, tier = request.parsed, request.tier
-    prompt = request.charge.prompt_tokens
+def _moved(home: Placement, target: Pool) -> Placement | None:
+    """The request as `target` takes it; None when its model cannot, or its guards
+    refuse it there (no better than the fallback)."""
+    parsed, tier = home.asked.parsed, home.tier
+    prompt = home.charge.prompt_tokens
     asked = parsed.output.requested if parsed.output is not None else None
     if target.max_model_len is None or prompt + (asked or 0) > target.max_model_len:
-        return None  # its model cannot take it
+        return None
     settings = target.tiers[tier]
     try:
         guarded = apply_guards(parsed, settings, tier.value, prompt)
     except Refusal:
-        return None  # refused there for its own limits: no better than the fallback
+        return None
     body = dict(guarded if guarded is not None else parsed.body)  # its own guards, not ours
     body["model"] = target.model
     return dataclasses.replace(
-        request,
+        home,
         pool=target,
         body=body,
         charge=price(settings, prompt, parsed.output),
-        max_wait=min(request.max_wait, settings.max_queue_wait_seconds),
-        overflow=overflow,
+        max_wait=min(home.max_wait, settings.max_queue_wait_seconds),
+        overflowed_from=home.pool.name,
     )
 
 
-def marked(decision: Decision, request: AdmissionRequest) -> Decision:
-    """An admission elsewhere, tagged with where it went and why (also once held)."""
-    overflow = request.overflow
-    assert overflow is not None
-    told = {OVERFLOW_HEADER: overflow.header(request.pool.name)}
-    return admitted_as(
-        decision,
-        lambda admit: dataclasses.replace(
-            admit, set_headers={**admit.set_headers, **told}, overflowed_from=overflow.source
-        ),
-    )
+def overflow_header(place: Placement, shed: Reason) -> str:
+    """What the client is told of a request served by another pool than its own."""
+    return f"{place.pool.name}; from={place.overflowed_from}; reason={shed.value}"

@@ -18,9 +18,11 @@ BucketLevels = dict[tuple[str, Tier], float]
 
 
 class Refunds:
-    def __init__(self, limiter: Limiter, levels: BucketLevels) -> None:
+    def __init__(self, limiter: Limiter) -> None:
         self._limiter = limiter
-        self._levels = levels
+        # The tier buckets' levels as last told: by the budget calls, and by settlements
+        # (a debt shows at once, not at the next call).
+        self.levels: BucketLevels = {}
         self._settling: set[asyncio.Task[float | None]] = set()
 
     def give_back(self, reservation: Reservation, tokens: float) -> None:
@@ -45,4 +47,4 @@ class Refunds:
             redis_errors.note("limiter")
             log.warning("settling a request failed: %s", task.exception())
         elif (level := task.result()) is not None:  # a debt shows at once, not next call
-            self._levels[reservation.pool, reservation.tier] = level
+            self.levels[reservation.pool, reservation.tier] = level

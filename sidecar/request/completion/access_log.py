@@ -17,13 +17,12 @@ from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from google.protobuf import duration_pb2, struct_pb2
 
+from sidecar.request.policy.tags import SLOT_HEADER
+
 log = logging.getLogger(__name__)
 
-SLOT_HEADER = "x-qos-slot"
 # Where envoy.yaml's json_to_metadata filter puts a whole answer's usage.
 USAGE_NAMESPACE = "qos"
-# What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
-LOGGED_HEADERS = ("x-qos-slot", "x-qos-tier", "x-qos-tenant", "x-qos-queue-wait-ms")
 
 
 @dataclass(frozen=True)

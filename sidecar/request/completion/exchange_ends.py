@@ -15,7 +15,7 @@ from sidecar.metrics import SidecarMetrics
 from sidecar.request.completion.access_log import ExchangeEnd
 from sidecar.request.completion.settlement import settle
 from sidecar.request.policy.cost import Reservation
-from sidecar.request.policy.decision import Admit
+from sidecar.request.policy.decision import Admission
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.slots import Slot
 
@@ -65,7 +65,7 @@ class ExchangeEnds:
                 pool=self._snapshot().pools.get(slot.pool),
             )
 
-    def first_byte(self, admitted: Admit, seconds: float) -> None:
+    def first_byte(self, admitted: Admission, seconds: float) -> None:
         if admitted.tier:
             tier, pool_name = Tier(admitted.tier), admitted.pool or DEFAULT_POOL
             pool = self._snapshot().pools.get(admitted.pool)

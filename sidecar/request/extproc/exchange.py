@@ -4,8 +4,8 @@
           │                                         ▼
           └──▶ REQUEST_BODY ──(end_of_stream)──▶ decide ──Respond──▶ DONE
                                                  │    ▲
-                                               Admit  └── Hold: tell Envoy to wait,
-                                                 ▼         then Admit or Respond
+                                               Admit  └── held: Envoy is told to wait
+                                                 ▼         for the decision
                            RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
 
 The decision is taken once, when the whole request is known: at the headers when the
@@ -14,10 +14,10 @@ phases only for the sample of exchanges the sidecar asks for at the request head
 (mode_override), to time their first token; once it has come, the sidecar closes the
 stream and Envoy sends the rest of the answer on without it. The others cost no round
 trip after the decision; every exchange's end is learnt from the access log. A held
-request is answered twice: first with override_message_timeout (so Envoy waits past its
-message timeout), then with the final decision. Any message that does not fit the
-current phase is a protocol error: the processing mode in Envoy's config does not match
-this sidecar's.
+request is answered twice: first with override_message_timeout, when the decider says it
+will wait (so Envoy waits past its message timeout), then with the decision. Any message
+that does not fit the current phase is a protocol error: the processing mode in Envoy's
+config does not match this sidecar's.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.request.extproc import messages
 from sidecar.request.policy.decision import (
+    Admission,
     Admit,
     Admitted,
     Decider,
     Decision,
-    Final,
     Hold,
     RequestView,
     Respond,
@@ -69,8 +69,8 @@ class Exchange:
     def __init__(
         self,
         decider: Decider,
-        on_decision: Callable[[Final, float], None] | None = None,
-        on_first_byte: Callable[[Admit, float], None] | None = None,
+        on_decision: Callable[[Decision, float], None] | None = None,
+        on_first_byte: Callable[[Admission, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._on_decision = on_decision
@@ -81,7 +81,7 @@ class Exchange:
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
         self.response_watched = False  # Envoy was asked for the response headers
-        self.decision: Final | None = None
+        self.decision: Decision | None = None
         self.decision_seconds: float | None = None
         self._body = bytearray()
 
@@ -149,7 +149,7 @@ class Exchange:
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
         admitted = self.admitted
-        if admitted and admitted.time_first_byte and self.phase is Phase.RESPONSE_BODY:
+        if admitted and admitted.record.time_first_byte and self.phase is Phase.RESPONSE_BODY:
             await send(messages.watch_body_message())
         else:
             await send(messages.continue_message("response_headers"))
@@ -159,7 +159,7 @@ class Exchange:
             # Time to first token, as the client sees it: queue, prefill, first chunk.
             self.first_byte_after = time.monotonic() - self.started
             if self._on_first_byte is not None and self.admitted is not None:
-                self._on_first_byte(self.admitted, self.first_byte_after)
+                self._on_first_byte(self.admitted.record, self.first_byte_after)
         # Timed: the rest of the stream is none of our business. Done, the stream to Envoy
         # closes after this answer and Envoy sends the other chunks on without us (each
         # would cost a message); the access log still tells the exchange's end.
@@ -176,33 +176,35 @@ class Exchange:
             self.method, self.path, self.request_headers, body, self.response_watched
         )
         started = time.perf_counter()
-        decision = await self._ask(self._decider.decide, view)
-        if isinstance(decision, Hold):
-            await send(messages.hold_message(decision.max_wait + HOLD_MARGIN_SECONDS))
-            held = time.perf_counter()
-            decision = await self._ask(decision.resume)
-            if isinstance(decision, Respond):
-                decision = dataclasses.replace(decision, waited=time.perf_counter() - held)
-        assert not isinstance(decision, Hold)
+        held_at: float | None = None
+
+        async def hold(seconds: float) -> None:
+            nonlocal held_at
+            held_at = time.perf_counter()
+            await send(messages.hold_message(seconds + HOLD_MARGIN_SECONDS))
+
+        decision = await self._ask(view, hold)
+        if isinstance(decision, Respond) and held_at is not None:
+            decision = dataclasses.replace(decision, waited=time.perf_counter() - held_at)
         self.decision = decision
         self.decision_seconds = time.perf_counter() - started
         if self._on_decision is not None:
             self._on_decision(decision, self.decision_seconds)
         if isinstance(decision, Admit):
             self.phase = Phase.RESPONSE_HEADERS
-            await send(messages.admit_message(kind, decision))
+            await send(messages.admit_message(kind, decision.upstream))
         else:
             self.phase = Phase.DONE
             await send(messages.immediate_message(decision))
 
-    async def _ask(self, decide: Callable[..., Awaitable[Decision]], *args: object) -> Decision:
+    async def _ask(self, view: RequestView, hold: Hold) -> Decision:
         try:
-            return await decide(*args)
+            return await self._decider.decide(view, hold)
         except Exception:
             # A fault of ours must not cost the client its request: fail open, as Envoy's
             # failure_mode_allow does when the sidecar is unreachable.
             log.exception("decider failed; admitting", extra={"path": self.path})
-            return Admit(reason=Admitted.DECIDER_ERROR)
+            return Admit(record=Admission(reason=Admitted.DECIDER_ERROR))
 
 
 _HANDLERS = {

@@ -10,7 +10,7 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
-from sidecar.request.policy.decision import Admit, Respond
+from sidecar.request.policy.decision import Respond, Upstream
 
 # Each kind of ProcessingRequest must be answered with the same kind of response.
 _RESPONSE_TYPES = {
@@ -54,17 +54,17 @@ def continue_message(kind: str) -> ext_proc.ProcessingResponse:
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind]()})
 
 
-def admit_message(kind: str, admit: Admit) -> ext_proc.ProcessingResponse:
-    """Continue, applying the decision's header and body changes."""
-    set_headers = dict(admit.set_headers)
+def admit_message(kind: str, upstream: Upstream) -> ext_proc.ProcessingResponse:
+    """Continue, applying the admission's header and body changes."""
+    set_headers = dict(upstream.set_headers)
     common = ext_proc.CommonResponse()
-    if admit.replace_body is not None:
-        common.body_mutation.body = admit.replace_body
-        set_headers["content-length"] = str(len(admit.replace_body))
-    if set_headers or admit.remove_headers:
-        common.header_mutation.CopyFrom(header_mutation(set_headers, admit.remove_headers))
+    if upstream.replace_body is not None:
+        common.body_mutation.body = upstream.replace_body
+        set_headers["content-length"] = str(len(upstream.replace_body))
+    if set_headers or upstream.remove_headers:
+        common.header_mutation.CopyFrom(header_mutation(set_headers, upstream.remove_headers))
         # Envoy picked the route before asking us; a header it routes on has changed.
-        common.clear_route_cache = admit.reroute
+        common.clear_route_cache = upstream.reroute
     return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
 
 

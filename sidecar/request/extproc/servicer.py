@@ -10,8 +10,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 from sidecar.metrics import SidecarMetrics
+from sidecar.request.extproc.decision_metrics import count_decision
 from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
-from sidecar.request.policy.decision import Admit, Admitted, Decider, Final, Respond
+from sidecar.request.policy.decision import Admission, Decider, Decision
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         decider: Decider,
         metrics: SidecarMetrics,
         stream_ended: Callable[[str], object] | None = None,
-        on_first_byte: Callable[[Admit, float], None] | None = None,
+        on_first_byte: Callable[[Admission, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
@@ -36,7 +37,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
     ) -> None:
         # The stream read and written through its context: a coroutine, not an async
         # generator over gRPC's request iterator (each a layer the loop registers).
-        exchange = Exchange(self._decider, self._record, self._on_first_byte)
+        exchange = Exchange(self._decider, self._counted, self._on_first_byte)
         self._metrics.streams_open.inc()
         closed_by_envoy = True
         try:
@@ -56,35 +57,13 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
             if (
                 self._stream_ended is not None
                 and admitted is not None
-                and admitted.slot
+                and admitted.record.slot
                 and closed_by_envoy
             ):
                 # Envoy keeps the stream open until the exchange ends, so its exchange is
                 # over, or the client left while it was being decided; then the access
                 # log may not name the slot (Envoy never applied the decision).
-                self._stream_ended(admitted.slot)
+                self._stream_ended(admitted.record.slot)
 
-    def _record(self, decision: Final, seconds: float) -> None:
-        outcome = "admit" if isinstance(decision, Admit) else "respond"
-        self._metrics.decisions.labels(
-            decision.tier or "none", outcome, decision.label, decision.pool or "none"
-        ).inc()
-        self._metrics.decision_seconds.observe(seconds)
-        if isinstance(decision, Admit) and decision.cost is not None:
-            self._metrics.admitted_cost.labels(decision.tier, decision.route).inc(decision.cost)
-        if isinstance(decision, Admit) and decision.overflowed_from:
-            moved = (decision.overflowed_from, decision.pool, decision.tier)
-            self._metrics.overflowed.labels(*moved).inc()
-            self._metrics.overflowed_tokens.labels(*moved).inc(decision.cost or 0.0)
-        if isinstance(decision, Admit) and decision.reason is Admitted.DECIDER_ERROR:
-            self._metrics.decider_errors.inc()
-        if isinstance(decision, Respond) and decision.waited is not None:
-            self._metrics.shed_after_wait.labels(
-                decision.tier or "none", decision.label, decision.pool or "none"
-            ).observe(decision.waited)
-        if isinstance(decision, Admit) and decision.queue_wait is not None:
-            self._metrics.queue_wait_seconds.labels(decision.tier).observe(decision.queue_wait)
-            if decision.foreseen_wait is not None:
-                self._metrics.queue_wait_error.labels(decision.tier, decision.pool).observe(
-                    decision.queue_wait - decision.foreseen_wait
-                )
+    def _counted(self, decision: Decision, seconds: float) -> None:
+        count_decision(self._metrics, decision, seconds)

@@ -1,15 +1,15 @@
 """What the sidecar decides for one request, and the pluggable piece that decides it.
 
 A decider sees the request as Envoy presented it (headers, buffered body) and returns
-Admit (send it upstream, perhaps with changed headers or body), Respond (answer it here;
-nothing goes upstream) or Hold (the request waits in the admission queue; `resume` gives
-the final Admit or Respond). The ext_proc state machine turns each into Envoy messages;
-deciders never touch the protocol.
+Admit (send it upstream: what Envoy changes on its way, and the admission's record) or
+Respond (answer it here; nothing goes upstream). A request that must wait first is held:
+the decider calls `hold` with the longest it may wait before it waits, so that Envoy is
+told to wait that long for the answer. The ext_proc state machine turns each into
+Envoy messages; deciders never touch the protocol.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +23,6 @@ class Admitted(enum.StrEnum):
 
     ADMITTED = "admitted"  # within its budgets, with a slot
     OVER_BUDGET = "admitted_over_budget"  # its tier is never shed for budget
-    LIMITER_UNAVAILABLE = "limiter_unavailable"  # Redis is away: admit, not refuse all
     DECIDER_ERROR = "decider_error"  # deciding failed: fail open on the sidecar's own fault
     SHADOW = "shadow"  # shadow mode: it would have been refused, and was not
 
@@ -39,26 +38,41 @@ class RequestView:
 
 
 @dataclass(frozen=True)
-class Admit:
+class Upstream:
+    """What Envoy is told to change on an admitted request before it goes upstream."""
+
     set_headers: Mapping[str, str] = field(default_factory=dict)
     remove_headers: tuple[str, ...] = ()
     replace_body: bytes | None = None
+    reroute: bool = False  # the headers set choose the route: Envoy must choose it again
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The record of an admission: what was taken and why, for the metrics, the timing of
+    its first token and its exchange's end."""
+
     reason: Admitted = Admitted.ADMITTED
-    shadowed: Reason | None = None  # in shadow mode, why it would have been refused
     tier: str = ""
     pool: str = ""  # the model pool that serves it ("" when none was resolved)
+    route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
+    cost: float | None = None  # budget tokens charged at admission; None: not charged
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
     foreseen_wait: float | None = None  # seconds its wait was foreseen to take, if it was
-    time_first_byte: bool = False  # watch the response body for the first token's time
-    reroute: bool = False  # the headers set choose the route: Envoy must choose it again
-    route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
-    cost: float | None = None  # budget tokens charged at admission; None: not charged
     overflowed_from: str = ""  # the pool that shed it, when another pool admitted it
+    shadowed: Reason | None = None  # in shadow mode, why it would have been refused
+    time_first_byte: bool = False  # watch the response body for the first token's time
 
     @property
     def label(self) -> str:
         return f"shadow_{self.shadowed}" if self.shadowed is not None else self.reason.value
+
+
+@dataclass(frozen=True)
+class Admit:
+    upstream: Upstream = field(default_factory=Upstream)
+    record: Admission = field(default_factory=Admission)
 
 
 @dataclass(frozen=True)
@@ -76,37 +90,18 @@ class Respond:
         return self.reason.value
 
 
-Final = Admit | Respond
+Decision = Admit | Respond
+
+# Tells Envoy the answer may take up to this many seconds: called once, before a wait.
+Hold = Callable[[float], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class Hold:
-    resume: Callable[[], Awaitable[Final]]
-    max_wait: float  # seconds; Envoy is told to wait this long (and a little more)
-    tier: str = ""
-
-
-Decision = Admit | Respond | Hold
-
-
-def admitted_as(decision: Decision, change: Callable[[Admit], Admit]) -> Decision:
-    """The decision with `change` made to its admission: now, or once a hold ends in one."""
-    if isinstance(decision, Admit):
-        return change(decision)
-    if isinstance(decision, Hold):
-        resume = decision.resume
-
-        async def resumed() -> Final:
-            final = admitted_as(await resume(), change)
-            assert not isinstance(final, Hold)
-            return final
-
-        return dataclasses.replace(decision, resume=resumed)
-    return decision
+async def no_hold(seconds: float) -> None:
+    """For a caller that has nobody to tell (a test, a benchmark in process)."""
 
 
 class Decider(Protocol):
-    async def decide(self, request: RequestView) -> Decision: ...
+    async def decide(self, request: RequestView, hold: Hold = no_hold) -> Decision: ...
 
     def watch_response(self) -> bool:
         """Whether to have Envoy send this exchange's response (asked as its request
@@ -117,7 +112,7 @@ class Decider(Protocol):
 class AdmitAll:
     """Sends everything upstream unchanged: the policy of a sidecar with QoS off."""
 
-    async def decide(self, request: RequestView) -> Decision:
+    async def decide(self, request: RequestView, hold: Hold = no_hold) -> Decision:
         return Admit()
 
     def watch_response(self) -> bool:

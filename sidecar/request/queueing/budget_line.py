@@ -1,6 +1,6 @@
 """Requests waiting in line for their tier's bucket to refill, within what each may wait.
 
-One line per bucket (per tenant in a tier shared fairly: budgets.waiting_key). Only the
+One line per bucket (per tenant in a tier shared fairly: `waiting_key`). Only the
 head of a line asks Redis, as the bucket refills; the others wait their turn. A newcomer
 that finds a line does not ask before those in it (it would take the refill they wait
 for). Each waiter is foreseen its turn: when the bucket holds the head's cost, then the
@@ -17,8 +17,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sidecar.request.admission.budgets import waiting_key
-from sidecar.request.limiter.buckets import Verdict
+from sidecar.request.limiter.buckets import BucketSpec, Verdict
+
+
+def waiting_key(refused: BucketSpec) -> str:
+    """Whom a request waits behind: those of its bucket or, in a tier shared fairly, those
+    of its own tenant (a tenant over its share waits for what lies above the tier's
+    reserve; the others must not wait behind it)."""
+    return refused.key if refused.fair is None else f"{refused.key}|{refused.fair.tenant}"
 
 
 @dataclass(eq=False)

@@ -1,0 +1,121 @@
+"""The answer to an admitted request: what Envoy changes on its way upstream (the
+sidecar's tags, the engine's fields, a rewritten body, and none of the headers a client
+may not send) and the admission's record. Pure."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sidecar.config.pools import DEFAULT_POOL
+from sidecar.request.admission.budget import Budgeted
+from sidecar.request.admission.identity import Identity
+from sidecar.request.admission.overflow import OVERFLOW_HEADER, overflow_header
+from sidecar.request.admission.request import Placement
+from sidecar.request.policy.decision import (
+    Admission,
+    Admit,
+    Admitted,
+    RequestView,
+    Respond,
+    Upstream,
+)
+from sidecar.request.policy.engine import EngineFields, client_control_headers, engine_fields
+from sidecar.request.policy.tags import (
+    INTERNAL_PREFIX,
+    LOGGED_HEADERS,
+    POOL_HEADER,
+    QUEUE_WAIT_HEADER,
+    SLOT_HEADER,
+    TENANT_HEADER,
+    TIER_HEADER,
+    USAGE_HEADER,
+)
+from sidecar.request.queueing.waiting import Turn
+
+
+def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
+    """Sent upstream to the pool that took it, tagged and scheduled by its tier."""
+    place = budgeted.place
+    asked = place.asked
+    engine = _engine(place)
+    tags = dict(engine.headers)
+    if turn.slot:
+        waited_ms = f"{(turn.waited or 0.0) * 1000:.0f}"
+        tags |= {SLOT_HEADER: turn.slot, QUEUE_WAIT_HEADER: waited_ms}
+    if budgeted.moved_for is not None:
+        tags[OVERFLOW_HEADER] = overflow_header(place, budgeted.moved_for)
+    identity = asked.identity
+    upstream = tagged(asked.view, identity.tier.value, identity.tenant_label, engine.body, tags)
+    record = Admission(
+        budgeted.reason,
+        identity.tier.value,
+        place.pool.name,
+        asked.parsed.kind.value,
+        place.charge.reserved,
+        slot=turn.slot,
+        queue_wait=turn.waited if turn.slot else None,
+        foreseen_wait=turn.foreseen,
+        overflowed_from=place.overflowed_from,
+        # Time this stream's first token: its response body will be watched.
+        time_first_byte=bool(turn.slot) and asked.parsed.stream and asked.view.response_watched,
+    )
+    return Admit(upstream, record)
+
+
+def passed(request: RequestView, identity: Identity) -> Admit:
+    """A request that makes no GPU work: tagged, not charged."""
+    upstream = tagged(request, identity.tier.value, identity.tenant_label, None)
+    return Admit(upstream, Admission(tier=identity.tier.value))
+
+
+def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit:
+    """Shadow mode: the refusal is made and counted, the request goes through untouched
+    (routed to the pool that would have served it)."""
+    routed = refused.pool not in ("", DEFAULT_POOL)
+    route = {POOL_HEADER: refused.pool} if routed else {}
+    tier = refused.tier or default_tier
+    upstream = tagged(request, tier, "shadow", None, route)
+    record = Admission(Admitted.SHADOW, tier, refused.pool, shadowed=refused.reason)
+    return Admit(upstream, record)
+
+
+def tagged(
+    request: RequestView,
+    tier: str,
+    tenant: str,
+    body: dict[str, Any] | None,
+    extra: dict[str, str] | None = None,
+) -> Upstream:
+    """With the sidecar's tags; internal headers and engine instructions a client sent
+    never go upstream."""
+    tags = {TIER_HEADER: tier, TENANT_HEADER: tenant, **(extra or {})}
+    # Those seen, and the ones the sidecar's own machinery reads whether seen or not
+    # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
+    present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
+    engine = client_control_headers(request.headers)
+    stripped = dict.fromkeys(n for n in (*present, *LOGGED_HEADERS, *engine) if n not in tags)
+    replacement = None
+    if body is not None:
+        replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return Upstream(tags, tuple(stripped), replacement, reroute=POOL_HEADER in tags)
+
+
+def _engine(place: Placement) -> EngineFields:
+    """The body and headers vLLM schedules by (the tier's priority, never the client's),
+    and with pools configured the pool Envoy routes the request to."""
+    parsed = place.asked.parsed
+    changed = place.body is not None
+    fields = engine_fields(
+        (place.body if changed else parsed.body) if parsed.json_body else None,
+        changed,
+        place.asked.snapshot.config.engine.send_priority,
+        place.tier_config.vllm_priority,
+        parsed.body_priority,
+    )
+    if place.pool.name != DEFAULT_POOL:
+        fields.headers[POOL_HEADER] = place.pool.name
+    if place.reservation is not None and parsed.stream and parsed.usage_in_stream:
+        # Envoy reads this stream's usage chunk as it passes (envoy.yaml's Lua filter).
+        fields.headers[USAGE_HEADER] = "1"
+    return fields

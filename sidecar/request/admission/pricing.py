@@ -1,0 +1,156 @@
+"""Read and price: what the client sent, read, and the request as its own pool takes it.
+
+Read: the route its method and path take (as the model server routes them), and its
+body by that route's API's reader (bodies/). What the sidecar cannot read is refused,
+never admitted. Price: the pool that serves its model; its prompt's tokens; the tier's
+guards (an output cap written into the body, a prompt too long refused); what it costs
+(policy/cost.py); how long it may wait.
+
+How long it may wait: its tier's max_queue_wait_seconds, or less when its TTFT target
+leaves less (a stream's target less the time streams of its tier and pool take lately
+from admission to their first token), or when its client says so (X-QoS-Max-Wait-Ms: a
+whole number of milliseconds from its arrival). A client cannot ask for more than its
+tier allows; 0 asks to be served at once or not at all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+
+from sidecar.config.base import Tier
+from sidecar.config.pools import Pool
+from sidecar.config.schema import TierConfig
+from sidecar.config.store import Snapshot
+from sidecar.refusals import Reason, Refusal
+from sidecar.request.admission.identity import Identity
+from sidecar.request.admission.overflow import substitute_allowed
+from sidecar.request.admission.request import Asked, Placement
+from sidecar.request.bodies.parsed import ParsedRequest
+from sidecar.request.bodies.read import read
+from sidecar.request.openai_api.prompt import TextCounter
+from sidecar.request.openai_api.request import InvalidRequest
+from sidecar.request.policy.cost import price, prompt_tokens
+from sidecar.request.policy.decision import RequestView
+from sidecar.request.policy.guards import apply_guards
+from sidecar.request.queueing.forecast import FirstTokenTimes
+from sidecar.routes.kinds import RouteKind
+from sidecar.routes.table import Route
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_HEADER = "x-qos-max-wait-ms"
+
+
+def route_of(request: RequestView, snapshot: Snapshot) -> Route:
+    """The request's route, as the model server routes it."""
+    headers = request.headers
+    upgrades = "upgrade" in headers or ":protocol" in headers or request.method == "CONNECT"
+    return snapshot.routes.resolve(request.method, request.path, upgrades)
+
+
+def read_body(request: RequestView, route: Route) -> ParsedRequest:
+    """The body, read by its route's API's reader; a route the gateway does not serve
+    is refused (deny by default)."""
+    if route.kind is RouteKind.REFUSE:
+        raise Refusal(
+            Reason.ROUTE_NOT_FOUND, f"This gateway serves no {request.method} {route.path}."
+        )
+    with client_input(request):
+        return read(route, request.body or b"", request.headers)
+
+
+@contextlib.contextmanager
+def client_input(request: RequestView) -> Iterator[None]:
+    """What a client sent and the sidecar cannot read is refused, never admitted: its
+    reader's refusal, or any error reading it raised (counted, and logged as a bug)."""
+    try:
+        yield
+    except InvalidRequest as error:
+        raise Refusal(Reason.INVALID_REQUEST, error.message, param=error.param) from None
+    except (Refusal, asyncio.CancelledError):
+        raise
+    except Exception:
+        log.warning(
+            "reading a request failed; refused", exc_info=True, extra={"path": request.path}
+        )
+        raise Refusal(
+            Reason.INVALID_REQUEST, "The request body could not be read as this API's."
+        ) from None
+
+
+def pool_for(snapshot: Snapshot, model: str | None) -> Pool:
+    """The pool serving `model`; a model no pool serves is answered as vLLM answers it."""
+    pool = snapshot.pools.for_model(model)
+    if pool is None:
+        raise Refusal(
+            Reason.MODEL_NOT_FOUND,
+            f"The model `{model}` does not exist."
+            if model
+            else "This gateway serves several models: name one in `model`.",
+            param="model",
+        )
+    return pool
+
+
+class Pricing:
+    def __init__(self, count_text: TextCounter, first_tokens: FirstTokenTimes | None) -> None:
+        self._count_text = count_text
+        # What streams took from admission to their first token (None: not known here).
+        self._first_tokens = first_tokens
+
+    def price(
+        self,
+        request: RequestView,
+        snapshot: Snapshot,
+        identity: Identity,
+        parsed: ParsedRequest,
+        pool: Pool,
+    ) -> Placement:
+        tier, settings = identity.tier, pool.tiers[identity.tier]
+        with client_input(request):
+            tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
+            guarded = apply_guards(parsed, settings, tier.value, tokens)
+            charge = price(settings, tokens, parsed.output)
+        leaves = None
+        if self._first_tokens is not None and parsed.stream:
+            leaves = target_leaves(self._first_tokens, snapshot, tier, pool)
+        wait = max_wait(request.headers, settings, leaves)
+        asked = Asked(request, snapshot, identity, parsed, substitute_allowed(request.headers))
+        return Placement(asked, pool, guarded, charge, wait)
+
+
+def max_wait(
+    headers: Mapping[str, str], tier: TierConfig, target_leaves: float | None = None
+) -> float:
+    """Seconds the request may wait (headers by lower-case name; `target_leaves`: what
+    its TTFT target leaves for waiting, None when not known)."""
+    limit = tier.max_queue_wait_seconds
+    if target_leaves is not None:
+        limit = max(0.0, min(limit, target_leaves))
+    asked = headers.get(MAX_WAIT_HEADER)
+    if asked is None:
+        return limit
+    text = asked.strip()
+    if not text.isdigit() or not text.isascii():
+        raise Refusal(
+            Reason.INVALID_REQUEST,
+            f"The header {MAX_WAIT_HEADER} must be a whole number of milliseconds "
+            f"(0 or more), not {asked[:40]!r}.",
+        )
+    return min(limit, int(text) / 1000)
+
+
+def target_leaves(
+    first_tokens: FirstTokenTimes, snapshot: Snapshot, tier: Tier, pool: Pool
+) -> float | None:
+    """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
+    streams took lately from admission to their first token (queueing/forecast.py; None:
+    not foreseen)."""
+    if not snapshot.config.queue.foresee_waits:
+        return None
+    took = first_tokens.most_took(tier, pool.name)
+    if took is None:
+        return None
+    return pool.slo[tier].ttft_ms / 1000 - took

@@ -1,0 +1,19 @@
+"""The headers the sidecar sets on an admitted request, for Envoy and the engines: Envoy
+routes on the pool's, copies the overflow's into the answer and logs the others back to
+the sidecar when the exchange ends. A client may send none of them."""
+
+from __future__ import annotations
+
+INTERNAL_PREFIX = "x-qos-"
+TIER_HEADER = "x-qos-tier"
+TENANT_HEADER = "x-qos-tenant"
+# The slot an admission holds, given back when the access log names it.
+SLOT_HEADER = "x-qos-slot"
+QUEUE_WAIT_HEADER = "x-qos-queue-wait-ms"
+# Envoy routes on it to the cluster named after the pool (route cluster_header); set by
+# the sidecar only, for every pool but the default one, whose cluster is Envoy's fallback.
+POOL_HEADER = "x-qos-pool"
+# Marks a stream whose usage Envoy is to read for its settlement.
+USAGE_HEADER = "x-qos-usage"
+# What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
+LOGGED_HEADERS = (SLOT_HEADER, TIER_HEADER, TENANT_HEADER, QUEUE_WAIT_HEADER)

@@ -1,0 +1,138 @@
+"""Waiting for admission, all of it in one place: for the tier's budget to refill (in its
+line: budget_line.py), then for a slot (the admission queue: queue.py, in the
+scheduler's order), within the time the request may wait; or answered at once when that
+wait is foreseen to outlast it (forecast.py).
+
+One entry, `Waiting.turn`, takes what the budget stage decided (`Wait`) and returns one
+outcome, the request's `Turn`; a request that gets none raises the Refusal its answer is
+made from, having given back the budget it took. Before it waits it holds its exchange
+(Envoy is told to wait as long as the request may)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from sidecar.config.base import Tier
+from sidecar.config.pools import Pool
+from sidecar.refusals import Reason, shed
+from sidecar.request.limiter.buckets import BucketSpec, Verdict
+from sidecar.request.limiter.verdicts import budget_refusal
+from sidecar.request.policy.cost import Reservation
+from sidecar.request.policy.decision import Hold
+from sidecar.request.queueing.budget_line import BudgetWaiters, waiting_key
+from sidecar.request.queueing.queue import AdmissionQueue, QueueFull
+
+
+@dataclass(frozen=True)
+class BudgetTurn:
+    """A wait for the tier's bucket to refill, in its line, before the slot."""
+
+    bucket: BucketSpec  # the tier's: whose line it waits in
+    cost: float
+    refused: Verdict  # the bucket's latest refusal (its own, or the line's)
+    foreseen: float  # seconds until its turn in the line, as foreseen
+    ask: Callable[[], Awaitable[Verdict]]  # one budget call, when its turn comes
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What one request waits for, and for how long at most."""
+
+    tier: Tier
+    tenant: str
+    pool: Pool
+    stream: bool
+    max_wait: float  # seconds
+    hurried: bool  # its client asked to wait less than its tier allows
+    # What it takes (or took) from its budgets, settled at its end; given back if it is
+    # refused after taking it.
+    reservation: Reservation | None = None
+    budget: BudgetTurn | None = None  # None: its budgets took it already
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A request's turn come: the slot it holds ("" with no concurrency limit)."""
+
+    slot: str = ""
+    waited: float | None = None  # seconds waited for the slot; None without one
+    foreseen: float | None = None  # seconds its wait was foreseen to take, if it was
+
+
+class Waiting:
+    def __init__(
+        self,
+        queue: AdmissionQueue | None,  # None: nobody waits; admitted without a slot
+        give_back: Callable[[Reservation | None], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self._queue = queue
+        self._give_back = give_back
+        self._clock = clock
+        # The lines for the tiers' buckets, which the budget stage looks at before it asks.
+        self.lines = BudgetWaiters(clock) if queue is not None else None
+
+    async def turn(self, wait: Wait, hold: Hold) -> Turn:
+        queue = self._queue
+        if queue is None:
+            return Turn()
+        started = self._clock()
+        foreseen = None if wait.budget is None else wait.budget.foreseen
+        if wait.budget is None:
+            slot = queue.try_take(wait.tier, wait.tenant, wait.stream, wait.pool, wait.reservation)
+            if slot is not None:
+                return Turn(slot.id, 0.0)
+            foreseen = self._slot_foreseen(queue, wait)
+        await hold(wait.max_wait)
+        if wait.budget is not None:
+            await self._budget_turn(wait, wait.budget, started + wait.max_wait)
+        try:
+            slot = await queue.wait(
+                wait.tier,
+                wait.tenant,
+                started + wait.max_wait - self._clock(),
+                wait.stream,
+                wait.pool,
+                wait.reservation,
+                hurried=wait.hurried,
+            )
+        except QueueFull:
+            slot = None
+            reason = Reason.SHED_QUEUE_FULL
+        else:
+            reason = Reason.SHED_QUEUE_TIMEOUT
+        if slot is None:
+            self._give_back(wait.reservation)
+            raise shed(reason, wait.tier.value)
+        return Turn(slot.id, self._clock() - started, foreseen)
+
+    def _slot_foreseen(self, queue: AdmissionQueue, wait: Wait) -> float | None:
+        """The foreseen wait for a slot, when it may wait that long; else its refusal (its
+        budget given back)."""
+        reason = None
+        foreseen = None
+        if wait.max_wait <= 0:  # its client will not wait at all
+            reason = Reason.SHED_QUEUE_TIMEOUT
+        else:
+            foreseen = queue.foreseen_wait(wait.tier, wait.pool)
+            if foreseen is not None and foreseen > wait.max_wait:
+                reason = Reason.SHED_QUEUE_FORESEEN
+        if reason is not None:
+            self._give_back(wait.reservation)
+            raise shed(reason, wait.tier.value)
+        return foreseen
+
+    async def _budget_turn(self, wait: Wait, budget: BudgetTurn, deadline: float) -> None:
+        """In line for the bucket's refill until it takes the request, within its wait."""
+        assert self.lines is not None
+        verdict = await self.lines.wait(
+            budget.cost,
+            waiting_key(budget.bucket),
+            budget.bucket.rate,
+            budget.refused,
+            deadline,
+            budget.ask,
+        )
+        if not verdict.allowed:
+            raise budget_refusal(wait.tier.value, wait.tenant, budget.cost, verdict, budget.bucket)
