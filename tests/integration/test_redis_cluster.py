@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from sidecar.config.schema import QosConfig
-from sidecar.request.openai_api.prompt import estimate_prompt_tokens
+from sidecar.request.bodies.tokens import estimate_prompt_tokens
 from sidecar.tooling.stack.redis_servers import cluster_ok, start_cluster_node
 from tests.integration.helpers import (
     SteadyLoad,

@@ -18,9 +18,9 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.limiter.resilient import ResilientLimiter
-from sidecar.request.openai_api.prompt import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, Admitted, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
 

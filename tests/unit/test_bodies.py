@@ -7,11 +7,10 @@ import json
 import pytest
 
 from sidecar.config.schema import MediaConfig, QosConfig
-from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS
+from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest
 from sidecar.request.bodies.parsed import Media, TextForm
 from sidecar.request.bodies.read import read
-from sidecar.request.openai_api.prompt import estimate_prompt_tokens, estimate_text_tokens
-from sidecar.request.openai_api.request import InvalidRequest
+from sidecar.request.bodies.tokens import estimate_prompt_tokens, estimate_text_tokens
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.kinds import Api, RouteKind

@@ -13,7 +13,7 @@ from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.pricing import MAX_WAIT_HEADER, max_wait
-from sidecar.request.openai_api.prompt import estimate_text_tokens
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, Respond
 from sidecar.request.queueing.forecast import (
     FirstTokenTimes,

@@ -17,9 +17,9 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.extproc.exchange import Exchange
 from sidecar.request.limiter.buckets import Verdict
-from sidecar.request.openai_api.prompt import estimate_text_tokens
 
 FUZZ = settings(
     max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

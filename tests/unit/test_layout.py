@@ -97,3 +97,15 @@ def test_no_two_packages_import_each_other_however_indirectly():
                 seen.add(package)
                 stack.extend(graph.get(package, ()))
     assert cycles == []
+
+
+def test_admission_is_the_top_of_the_request_path():
+    """Its director calls into every other package of the request path, so none of them
+    imports it: only the composition root builds it."""
+    admission = "sidecar.request.admission"
+    importers = {
+        package_of(source)
+        for source, target in runtime_imports()
+        if target.startswith(admission) and not source.startswith(admission)
+    }
+    assert importers == {"sidecar.deciders", "sidecar.server"}

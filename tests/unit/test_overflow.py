@@ -16,8 +16,8 @@ from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.limiter.buckets import Verdict
-from sidecar.request.openai_api.prompt import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
 from tests.unit.test_admission_decider import TENANTS, FakeLimiter, lookup, named

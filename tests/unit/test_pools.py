@@ -19,8 +19,8 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.loops.slo.samples import samples_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.limiter.buckets import Verdict
-from sidecar.request.openai_api.prompt import estimate_text_tokens
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
 

@@ -10,8 +10,8 @@ import pytest
 from sidecar.config.schema import QosConfig
 from sidecar.request.bodies.parsed import OutputLimit
 from sidecar.request.completion.usage import streamed_output_tokens
-from sidecar.request.openai_api.request import Endpoint
 from sidecar.request.policy.cost import price
+from sidecar.routes.kinds import RouteKind
 from sidecar.tooling.mockvllm.engine import _VOCABULARY
 from sidecar.tooling.mockvllm.openai_shapes import SSE_DONE, ResponseShaper
 
@@ -36,21 +36,21 @@ def test_a_request_reserves_what_it_asked_for_or_the_tier_s_expected_output():
     assert unsaid.difference(25, 400) == 5 + 100 * 2.0
 
 
-def stream(endpoint: Endpoint, model: str, tokens: int, rng: random.Random) -> bytes:
+def stream(endpoint: RouteKind, model: str, tokens: int, rng: random.Random) -> bytes:
     shaper = ResponseShaper(endpoint, model)
-    chunks = [shaper.chunk(None, first=True)] if endpoint is Endpoint.CHAT else []
+    chunks = [shaper.chunk(None, first=True)] if endpoint is RouteKind.CHAT else []
     for index in range(tokens):
         finish = "length" if index == tokens - 1 else None
         chunks.append(shaper.chunk(rng.choice(_VOCABULARY), finish))
     return b"".join(chunks) + SSE_DONE
 
 
-@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETIONS])
+@pytest.mark.parametrize("endpoint", [RouteKind.CHAT, RouteKind.COMPLETIONS])
 @pytest.mark.parametrize("model", ["mock-llm", "Qwen/Qwen2.5-72B-Instruct"])
 def test_a_stream_s_tokens_are_estimated_from_its_size_within_a_few_percent(endpoint, model):
     rng = random.Random(5)
     for tokens in (50, 500, 2000):
         size = len(stream(endpoint, model, tokens, rng))
-        estimate = streamed_output_tokens(size, endpoint is Endpoint.CHAT, model)
+        estimate = streamed_output_tokens(size, endpoint is RouteKind.CHAT, model)
         assert abs(estimate - tokens) / tokens < 0.03, (tokens, estimate)
     assert streamed_output_tokens(0, True, model) == 0

@@ -52,7 +52,6 @@ class ClusterLoad:
     kv_block_size: int = DEFAULT_BLOCK_SIZE  # the pods' (median), vLLM's default if unsaid
     # Admitted since the reports, not yet in them (projected), and the reports' own view.
     unreported_blocks: float = 0.0
-    unreported_requests: float = 0.0
     reported: ClusterLoad | None = None
 
     @property
@@ -93,7 +92,6 @@ class ClusterLoad:
             free_kv_ratio=free,
             in_flight=base.in_flight + round(requests),
             unreported_blocks=blocks,
-            unreported_requests=requests,
             reported=base,
         )
 

@@ -1,0 +1,1 @@
+"""Admission: the director (director.py) and one module for each of its stages."""

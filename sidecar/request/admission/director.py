@@ -36,8 +36,8 @@ from sidecar.request.admission.pricing import Pricing, pool_for, read_body, rout
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.admission.sampling import ResponseSampler
 from sidecar.request.bodies.parsed import ResponseShape
+from sidecar.request.bodies.tokens import TextCounter
 from sidecar.request.limiter.buckets import Limiter
-from sidecar.request.openai_api.prompt import TextCounter
 from sidecar.request.policy.decision import Decision, Hold, RequestView, Respond, no_hold
 from sidecar.request.policy.responses import respond
 from sidecar.request.queueing.queue import AdmissionQueue

@@ -78,7 +78,6 @@ class IdentityResolver:
         self._clock = clock
         self._config: IdentityConfig | None = None
         self._version = -1
-        self.lookups = 0  # Redis lookups made, for tests and metrics
         # Every key seen known, kept through config changes, for when Redis is away.
         self._last_known: LRUCache[str, str] = LRUCache(CACHE_ENTRIES)
 
@@ -120,7 +119,6 @@ class IdentityResolver:
             return self._known[digest]
         if digest in self._unknown or not self._budget.take():
             return None
-        self.lookups += 1
         try:
             tenant = await self._lookup(digest)
         except redis.RedisError:

@@ -27,10 +27,10 @@ from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.identity import Identity
 from sidecar.request.admission.overflow import substitute_allowed
 from sidecar.request.admission.request import Asked, Placement
+from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.openai_api.prompt import TextCounter
-from sidecar.request.openai_api.request import InvalidRequest
+from sidecar.request.bodies.tokens import TextCounter
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import RequestView
 from sidecar.request.policy.guards import apply_guards

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.request.bodies.limits import bounded_list, model_of, optional, positive_int
+from sidecar.request.bodies.limits import (
+    InvalidRequest,
+    bounded_list,
+    model_of,
+    optional,
+    positive_int,
+)
 from sidecar.request.bodies.parsed import (
     OutputLimit,
     ParsedRequest,
@@ -15,8 +21,7 @@ from sidecar.request.bodies.parsed import (
     TextForm,
 )
 from sidecar.request.bodies.parts import Collected
-from sidecar.request.openai_api.prompt import TOKENS_PER_MESSAGE
-from sidecar.request.openai_api.request import InvalidRequest
+from sidecar.request.bodies.tokens import TOKENS_PER_MESSAGE
 from sidecar.routes.kinds import Api, RouteKind
 
 

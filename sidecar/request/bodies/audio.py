@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from sidecar.request.bodies.limits import MAX_MODEL_CHARS
+from sidecar.request.bodies.limits import MAX_MODEL_CHARS, InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest, Prompt, ResponseShape
-from sidecar.request.openai_api.request import InvalidRequest
 from sidecar.routes.kinds import RouteKind
 
 _FIELD = r'Content-Disposition:\s*form-data;\s*name="{name}"\r?\n(?:[^\r\n]+\r?\n)*\r?\n([^\r\n]*)'

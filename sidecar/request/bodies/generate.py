@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.request.bodies.limits import MAX_TOKEN_IDS, bounded_list, model_of, positive_int
+from sidecar.request.bodies.limits import (
+    MAX_TOKEN_IDS,
+    InvalidRequest,
+    bounded_list,
+    model_of,
+    positive_int,
+)
 from sidecar.request.bodies.parsed import (
     FieldPath,
     OutputLimit,
@@ -16,8 +22,7 @@ from sidecar.request.bodies.parsed import (
     Prompt,
     ResponseShape,
 )
-from sidecar.request.openai_api.prompt import token_id_prompts
-from sidecar.request.openai_api.request import InvalidRequest
+from sidecar.request.bodies.tokens import token_id_prompts
 from sidecar.routes.kinds import Api, RouteKind
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.request.bodies.limits import model_of, positive_int
+from sidecar.request.bodies.limits import InvalidRequest, model_of, positive_int
 from sidecar.request.bodies.parsed import OutputLimit, ParsedRequest, Prompt, ResponseShape
 from sidecar.request.bodies.parts import MEDIA_PARTS, Collected, low_detail
-from sidecar.request.openai_api.request import InvalidRequest
 from sidecar.routes.kinds import Api, RouteKind
 
 # Top-level fields that say how to answer, not what to read.

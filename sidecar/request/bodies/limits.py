@@ -11,8 +11,6 @@ import json
 import re
 from typing import Any
 
-from sidecar.request.openai_api.request import InvalidRequest
-
 # Deeper than any API's own documents (tool schemas, structured outputs) need.
 MAX_DEPTH = 64
 # Messages of a conversation, parts of a message, items of a Responses input,
@@ -22,6 +20,16 @@ MAX_ITEMS = 10_000
 MAX_TOKEN_IDS = 1 << 20
 # A model name longer than this names no model; it would only bloat logs and labels.
 MAX_MODEL_CHARS = 256
+
+
+class InvalidRequest(ValueError):
+    """A request body its API cannot take: answered with a 400 in that API's shape."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))

@@ -1,10 +1,18 @@
-"""OpenAI chat completions, completions, and vLLM's batch of chat conversations."""
+"""OpenAI chat completions, completions, and vLLM's batch of chat conversations, checked
+the way the API would before any GPU sees them: only what admission relies on or what
+would make vLLM fail; fields not known here pass through untouched for vLLM to judge."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sidecar.request.bodies.limits import MAX_TOKEN_IDS, bounded_list, model_of, positive_int
+from sidecar.request.bodies.limits import (
+    MAX_TOKEN_IDS,
+    InvalidRequest,
+    bounded_list,
+    model_of,
+    positive_int,
+)
 from sidecar.request.bodies.parsed import (
     OutputLimit,
     ParsedRequest,
@@ -13,9 +21,7 @@ from sidecar.request.bodies.parsed import (
     TextForm,
 )
 from sidecar.request.bodies.parts import Collected
-from sidecar.request.openai_api.prompt import TOKENS_PER_MESSAGE, token_id_prompts
-from sidecar.request.openai_api.request import CompletionRequest, Endpoint, InvalidRequest
-from sidecar.request.openai_api.validate import validate, validate_messages
+from sidecar.request.bodies.tokens import TOKENS_PER_MESSAGE, token_id_prompts
 from sidecar.routes.kinds import RouteKind
 
 # max_completion_tokens is the chat API's newer name for the same limit.
@@ -23,7 +29,7 @@ _CHAT_OUTPUT = (("max_completion_tokens",), ("max_tokens",))
 
 
 def read_chat(body: dict[str, Any]) -> ParsedRequest:
-    validate(CompletionRequest(Endpoint.CHAT, body))
+    _check(body, chat=True)
     collected = Collected()
     messages = bounded_list(body.get("messages"), "messages")
     _conversation(collected, messages, "messages")
@@ -32,7 +38,7 @@ def read_chat(body: dict[str, Any]) -> ParsedRequest:
 
 
 def read_completions(body: dict[str, Any]) -> ParsedRequest:
-    validate(CompletionRequest(Endpoint.COMPLETIONS, body))
+    _check(body, chat=False)
     collected = Collected()
     prompt = body.get("prompt")
     if isinstance(prompt, str):
@@ -53,11 +59,11 @@ def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
     overhead = 0
     for index, conversation in enumerate(conversations):
         where = f"messages[{index}]"
-        validate_messages(conversation, where)
+        _check_messages(conversation, where)
         _conversation(collected, conversation, where)
         overhead += TOKENS_PER_MESSAGE * len(conversation)
     # The other fields are the chat API's.
-    validate(CompletionRequest(Endpoint.CHAT, {**body, "messages": [{"role": "user"}]}))
+    _check({**body, "messages": [{"role": "user"}]}, chat=True)
     return _parsed(RouteKind.CHAT_BATCH, body, collected, overhead, len(conversations))
 
 
@@ -95,4 +101,68 @@ def _parsed(
         OutputLimit(fields, requested, ("max_tokens",), answers),
         usage_in_stream=include_usage,
         prompt_param="messages" if chat else "prompt",
+    )
+
+
+def _check(body: dict[str, Any], chat: bool) -> None:
+    _optional(body, "model", str, "a string")
+    _optional(body, "stream", bool, "a boolean")
+    _optional(body, "stream_options", dict, "an object")
+    _optional(body, "tools", list, "an array")
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise InvalidRequest(f"'{key}' must be an integer of at least 1.", key)
+    if chat:
+        _check_messages(body.get("messages"))
+    else:
+        _check_prompt(body.get("prompt"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(body: dict[str, Any], key: str, kind: type, described: str) -> None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise InvalidRequest(f"'{key}' must be {described}.", key)
+
+
+def _check_messages(messages: Any, name: str = "messages") -> None:
+    if messages is None:
+        raise InvalidRequest(f"'{name}' is required.", name)
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest(f"'{name}' must be a non-empty array.", name)
+    for index, message in enumerate(messages):
+        where = f"{name}[{index}]"
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"'{where}' must be an object.", where)
+        if not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"'{where}.role' must be a string.", f"{where}.role")
+        content = message.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise InvalidRequest(
+                f"'{where}.content' must be a string or an array of parts.", f"{where}.content"
+            )
+        for part_index, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                part_where = f"{where}.content[{part_index}]"
+                raise InvalidRequest(f"'{part_where}' must be an object with a 'type'.", part_where)
+
+
+def _check_prompt(prompt: Any) -> None:
+    if prompt is None:
+        raise InvalidRequest("'prompt' is required.", "prompt")
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt) or all(_is_int(p) for p in prompt):
+            return
+        if all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt):
+            return
+    raise InvalidRequest(
+        "'prompt' must be a string, an array of strings, or an array of token ids.", "prompt"
     )

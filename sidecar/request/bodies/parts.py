@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sidecar.request.bodies.limits import bounded_list
+from sidecar.request.bodies.limits import InvalidRequest, bounded_list
 from sidecar.request.bodies.parsed import Media
-from sidecar.request.openai_api.request import InvalidRequest
 
 MEDIA_PARTS = {
     "image_url": Media.IMAGE,

@@ -39,7 +39,6 @@ class Waiter:
     reservation: Reservation | None = None  # likewise
     sequence: int = 0  # arrival order, set by the scheduler
     passed_over: int = 0
-    released_at: float | None = None
     promoted: bool = field(default=False)
     deadline: float = math.inf  # when its wait runs out
     hurried: bool = False  # its client asked for a shorter wait than its tier's
@@ -101,7 +100,6 @@ class Scheduler:
         self._arrivals = 0
         self._p1_credit = 0.0
         self._promotion_credit = 0.0
-        self.releases = 0
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -154,8 +152,6 @@ class Scheduler:
             head = queue.head()
             if head is not None and head.sequence < chosen.sequence:
                 head.passed_over += 1
-        chosen.released_at = now
-        self.releases += 1
         return chosen
 
     def _starving(self, now: float) -> Waiter | None:

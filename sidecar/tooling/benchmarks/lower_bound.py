@@ -5,7 +5,7 @@ it does for each request only what any admission policy of this shape cannot ski
 the cheapest way this project knows:
 
   - read the request headers into a dict (the API key and the path are in them);
-  - parse the JSON body and estimate the prompt's tokens (sidecar.request.openai_api.prompt);
+  - parse the JSON body and estimate the prompt's tokens (sidecar.request.bodies.tokens);
   - hash the API key (the tenant's identity, as the configuration store keys it);
   - one budget call: EVALSHA of a token bucket (TIME, HMGET, HSET) on the shared
     multiplexed connection (sidecar/redis_multiplexed.py), bounded by a timeout;
@@ -37,7 +37,7 @@ from prometheus_client import Counter, Histogram
 from sidecar import event_loop
 from sidecar.config.store import hash_api_key
 from sidecar.redis_multiplexed import MultiplexedRedis, MultiplexedScript
-from sidecar.request.openai_api.prompt import estimate_prompt_tokens
+from sidecar.request.bodies.tokens import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.noop import CONTINUE, serve_processor
 
 BUCKET = """

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from sidecar.request.openai_api.request import Endpoint
+from sidecar.routes.kinds import RouteKind
 
 # vLLM names its build here; the version the mock's shapes are checked against
 # (tests/engine/test_mock_matches_vllm.py).
@@ -27,10 +27,10 @@ class ResponseShaper:
     as vLLM 0.32 writes them (every field it sends, null ones included, in its order:
     a stream's size is how its tokens are estimated when it carries no usage)."""
 
-    def __init__(self, endpoint: Endpoint, model: str) -> None:
-        self.endpoint = endpoint
+    def __init__(self, kind: RouteKind, model: str) -> None:
+        self.kind = kind
         self.model = model
-        prefix = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
+        prefix = "chatcmpl" if kind is RouteKind.CHAT else "cmpl"
         # vLLM's ids: the prefix and 16 hex digits.
         self.id = f"{prefix}-{uuid.uuid4().hex[:16]}"
         self.created = int(time.time())
@@ -46,7 +46,7 @@ class ResponseShaper:
 
     def complete(self, text: str, finish_reason: str, tokens: dict[str, int]) -> dict[str, Any]:
         whole_usage = {**tokens, "prompt_tokens_details": None, "completion_tokens_details": None}
-        if self.endpoint is Endpoint.CHAT:
+        if self.kind is RouteKind.CHAT:
             message = {"role": "assistant", "content": text, **dict.fromkeys(_MESSAGE_NULLS)}
             choice = {
                 "index": 0,
@@ -82,7 +82,7 @@ class ResponseShaper:
         first: bool = False,
     ) -> bytes:
         """One SSE chunk; like vLLM it has no usage field (that comes last, alone)."""
-        if self.endpoint is Endpoint.CHAT:
+        if self.kind is RouteKind.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
@@ -110,7 +110,7 @@ class ResponseShaper:
     # The stream, as the server writes it: the opening before the first token, a chunk a
     # token, and the close (usage when asked for, then [DONE]).
     def first_bytes(self) -> bytes:
-        return self.chunk(None, first=True) if self.endpoint is Endpoint.CHAT else b""
+        return self.chunk(None, first=True) if self.kind is RouteKind.CHAT else b""
 
     def token(self, text: str, finish: str | None) -> bytes:
         return self.chunk(text, finish)
@@ -119,7 +119,7 @@ class ResponseShaper:
         return (self.usage_chunk(tokens) if include_usage else b"") + SSE_DONE
 
     def usage_chunk(self, tokens: dict[str, int]) -> bytes:
-        obj = "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"
+        obj = "chat.completion.chunk" if self.kind is RouteKind.CHAT else "text_completion"
         body = self._envelope(obj, [])
         body.update(usage=tokens, system_fingerprint=SYSTEM_FINGERPRINT)
         return sse(body)

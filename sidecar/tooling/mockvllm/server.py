@@ -17,10 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sidecar import logs
 from sidecar.config.schema import MediaConfig
 from sidecar.options import setting
+from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.openai_api.prompt import estimate_text_tokens
-from sidecar.request.openai_api.request import Endpoint, InvalidRequest
+from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
@@ -266,7 +266,7 @@ class MockVllm:
         if parsed.kind is RouteKind.MESSAGES:
             return MessagesShaper(model, tokens_in)
         chat = parsed.kind is RouteKind.CHAT
-        return ResponseShaper(Endpoint.CHAT if chat else Endpoint.COMPLETIONS, model)
+        return ResponseShaper(RouteKind.CHAT if chat else RouteKind.COMPLETIONS, model)
 
     async def _embeddings(
         self, parsed: ParsedRequest, sequence: Sequence, seen: dict[str, str]

@@ -6,14 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.request.openai_api.request import Endpoint, InvalidRequest, parse_completion_request
-from sidecar.request.openai_api.validate import validate
+from sidecar.request.bodies.limits import InvalidRequest, parse_object
+from sidecar.request.bodies.openai import read_chat, read_completions
+from sidecar.routes.kinds import RouteKind
 
 USER = [{"role": "user", "content": "hi"}]
+READERS = {RouteKind.CHAT: read_chat, RouteKind.COMPLETIONS: read_completions}
 
 
-def check(endpoint: Endpoint, body: dict) -> None:
-    validate(parse_completion_request(endpoint, json.dumps(body).encode()))
+def check(kind: RouteKind, body: dict) -> None:
+    READERS[kind](parse_object(json.dumps(body).encode()))
 
 
 @pytest.mark.parametrize(
@@ -36,7 +38,7 @@ def check(endpoint: Endpoint, body: dict) -> None:
 )
 def test_bad_chat_bodies_name_the_param(body, param):
     with pytest.raises(InvalidRequest) as error:
-        check(Endpoint.CHAT, body)
+        check(RouteKind.CHAT, body)
     assert error.value.param == param
 
 
@@ -44,10 +46,10 @@ def test_bad_chat_bodies_name_the_param(body, param):
 def test_bad_prompts(prompt):
     body = {} if prompt is None else {"prompt": prompt}
     if prompt == "":
-        check(Endpoint.COMPLETIONS, body)  # an empty string is a valid (if odd) prompt
+        check(RouteKind.COMPLETIONS, body)  # an empty string is a valid (if odd) prompt
         return
     with pytest.raises(InvalidRequest):
-        check(Endpoint.COMPLETIONS, body)
+        check(RouteKind.COMPLETIONS, body)
 
 
 @pytest.mark.parametrize(
@@ -59,12 +61,12 @@ def test_bad_prompts(prompt):
     ],
 )
 def test_good_chat_bodies_pass(body):
-    check(Endpoint.CHAT, body)
+    check(RouteKind.CHAT, body)
 
 
 @pytest.mark.parametrize("prompt", ["x", ["a", "b"], [1, 2], [[1, 2], [3]]])
 def test_good_prompts_pass(prompt):
-    check(Endpoint.COMPLETIONS, {"prompt": prompt})
+    check(RouteKind.COMPLETIONS, {"prompt": prompt})
 
 
 json_values = st.recursive(
@@ -91,9 +93,9 @@ keys = st.sampled_from(
 @settings(max_examples=300, deadline=None)
 @given(body=st.dictionaries(keys, json_values, max_size=6), raw=st.binary(max_size=64))
 def test_any_input_is_either_valid_or_an_invalid_request(body, raw):
-    for endpoint in (Endpoint.CHAT, Endpoint.COMPLETIONS):
+    for reader in READERS.values():
         for data in (json.dumps(body).encode(), raw):
             try:
-                validate(parse_completion_request(endpoint, data))
+                reader(parse_object(data))
             except InvalidRequest as error:
                 assert error.message
