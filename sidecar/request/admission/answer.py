@@ -110,7 +110,7 @@ def _engine(place: Placement) -> EngineFields:
         (place.body if changed else parsed.body) if parsed.json_body else None,
         changed,
         place.asked.snapshot.config.engine.send_priority,
-        place.tier_config.vllm_priority,
+        place.settings.vllm_priority,
         parsed.body_priority,
     )
     if place.pool.name != DEFAULT_POOL:

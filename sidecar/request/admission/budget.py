@@ -121,7 +121,7 @@ class Budget:
             place = place.within(buckets)
         except Refusal as refusal:
             return refusal, False
-        if self._lines is not None and place.tier_config.sheddable:
+        if self._lines is not None and place.settings.sheddable:
             in_line = self._behind_others(self._lines, place, buckets)
             if in_line is not None:
                 return in_line, False
@@ -152,7 +152,7 @@ class Budget:
             return self._taken(place, buckets, verdict, projected)
         self._levels[place.pool.name, place.tier] = verdict.remaining
         if verdict.retry_after is not None and _short_of_tier_budget(verdict):
-            if not place.tier_config.sheddable:
+            if not place.settings.sheddable:
                 _confirm(projected, verdict.recorded_ms)
                 return Budgeted(place, Admitted.OVER_BUDGET, _wait(place))
             if self._lines is not None and verdict.retry_after <= place.max_wait:
@@ -220,7 +220,7 @@ class Budget:
     def _offer(self, place: Placement, offered: Placement) -> _Offer | None:
         """The next place's budgets, for the same call: only when the request's own
         bucket was short at its last answer (one its pool admits costs nothing more)."""
-        if not place.tier_config.sheddable:
+        if not place.settings.sheddable:
             return None
         level = self._levels.get((place.pool.name, place.tier))
         if level is not None and level >= place.charge.reserved:
@@ -244,12 +244,12 @@ class Budget:
             place.tier,
             place.pool,
             place.charge.prompt_tokens,
-            even_over_budget=not place.tier_config.sheddable,
+            even_over_budget=not place.settings.sheddable,
         )
 
 
 def _wait(place: Placement, budget: BudgetTurn | None = None) -> Wait:
-    settings = place.tier_config
+    settings = place.settings
     return Wait(
         place.tier,
         place.asked.identity.tenant_label,

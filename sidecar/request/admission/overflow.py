@@ -83,7 +83,7 @@ def substitute_allowed(headers: Mapping[str, str]) -> bool:
 
 def choose_pools(home: Placement) -> Places:
     """Its own pool, and each pool its tier overflows to as that pool would take it."""
-    names = home.tier_config.overflow
+    names = home.settings.overflow
     if not names or not home.asked.substitute or not _portable(home.asked.parsed):
         return Places(home)
     pools = home.asked.snapshot.pools
@@ -122,6 +122,7 @@ def _moved(home: Placement, target: Pool) -> Placement | None:
     return dataclasses.replace(
         home,
         pool=target,
+        settings=settings,
         body=body,
         charge=price(settings, prompt, parsed.output),
         max_wait=min(home.max_wait, settings.max_queue_wait_seconds),

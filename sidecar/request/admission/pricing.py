@@ -118,7 +118,7 @@ class Pricing:
             leaves = target_leaves(self._first_tokens, snapshot, tier, pool)
         wait = max_wait(request.headers, settings, leaves)
         asked = Asked(request, snapshot, identity, parsed, substitute_allowed(request.headers))
-        return Placement(asked, pool, guarded, charge, wait)
+        return Placement(asked, pool, settings, guarded, charge, wait)
 
 
 def max_wait(

@@ -33,6 +33,7 @@ class Asked:
 class Placement:
     asked: Asked
     pool: Pool  # the pool serving it here
+    settings: TierConfig  # its tier's in that pool
     body: dict[str, Any] | None  # the body to forward instead, when it changed
     charge: Charge  # what it costs this pool's budgets
     max_wait: float  # seconds it may wait for admission here
@@ -42,10 +43,6 @@ class Placement:
     @property
     def tier(self) -> Tier:
         return self.asked.identity.tier
-
-    @property
-    def tier_config(self) -> TierConfig:
-        return self.pool.tiers[self.tier]
 
     def within(self, buckets: list[BucketSpec]) -> Placement:
         """Reserving no more than its smallest bucket holds (the rest of its cost is owed
