@@ -4,6 +4,7 @@ scenarios); only the command line names them, to run them."""
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
@@ -109,3 +110,11 @@ def test_admission_is_the_top_of_the_request_path():
         if target.startswith(admission) and not source.startswith(admission)
     }
     assert importers == {"sidecar.deciders", "sidecar.server"}
+
+
+def test_the_layout_page_shows_the_director_as_it_is():
+    page = (SIDECAR.parent / "docs" / "layout.md").read_text()
+    shown = page.split("```python\n", 1)[1].split("```", 1)[0]
+    director = (SIDECAR / "request" / "admission" / "director.py").read_text()
+    assert len(shown.splitlines()) > 15
+    assert textwrap.indent(shown, " " * 8) in director
