@@ -13,7 +13,8 @@ Printed: the modules entered, the distinct functions, the calls (a coroutine res
 after an await is not a new call) and the moves between files (a call from a function
 of one file into one of another), then the modules, each with its calls.
 
-Run: .venv/bin/python bench/request_path.py [--json FILE]
+Run: .venv/bin/python bench/request_path.py [--functions] [--json FILE]
+(another checkout's code: its venv's python -P bench/request_path.py)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import grpc
 import redis.asyncio as aioredis
 
+import sidecar
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
@@ -42,7 +44,9 @@ from sidecar.server import SidecarServer
 from sidecar.settings import SidecarSettings
 from sidecar.tooling.stack.redis_servers import start_redis_server
 
-SIDECAR = Path(__file__).resolve().parents[1] / "sidecar"
+# The package as imported: run with another venv's interpreter (`-P`), another
+# checkout's code is traced.
+SIDECAR = Path(sidecar.__file__).resolve().parent
 LEFT_OUT = ("sidecar.generated", "sidecar.redis_", "sidecar.metrics")
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Where is my order? " * 20}]}
 API_KEY = "trace-key"
