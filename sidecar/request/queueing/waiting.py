@@ -74,16 +74,20 @@ class Waiting:
         self.lines = BudgetWaiters(clock) if queue is not None else None
 
     async def turn(self, wait: Wait, hold: Hold) -> Turn:
+        """Its turn: a slot at once when one is free and nobody who goes first waits;
+        else, held, in line for its bucket (when its budgets have not taken it yet) and
+        then in the queue, within its wait."""
         queue = self._queue
         if queue is None:
             return Turn()
         started = self._clock()
-        foreseen = None if wait.budget is None else wait.budget.foreseen
         if wait.budget is None:
             slot = queue.try_take(wait.tier, wait.tenant, wait.stream, wait.pool, wait.reservation)
             if slot is not None:
                 return Turn(slot.id, 0.0)
             foreseen = self._slot_foreseen(queue, wait)
+        else:
+            foreseen = wait.budget.foreseen
         await hold(wait.max_wait)
         if wait.budget is not None:
             await self._budget_turn(wait, wait.budget, started + wait.max_wait)
