@@ -299,3 +299,19 @@ async def test_a_refusal_after_a_hold_says_how_long_it_was_held_and_one_at_once_
         await exchange.answer(request_body(BODY), send)
     assert seen[0].waited >= 0.05
     assert seen[1].waited is None
+
+
+@pytest.mark.asyncio
+async def test_a_stream_gone_while_its_request_is_held_is_not_admitted_as_a_fault():
+    """Envoy's stream fails the hold's write (the client went away): the failure is the
+    stream's, as any write's; no decision is made, none counted, nothing fails open."""
+    seen = []
+    exchange = Exchange(Recording(Admit(), holds=4.0), on_decision=lambda d, s: seen.append(d))
+    await exchange.handle(request_headers())
+
+    async def gone(_answer):
+        raise ConnectionResetError("the stream is closed")
+
+    with pytest.raises(ConnectionResetError):
+        await exchange.answer(request_body(BODY), gone)
+    assert seen == [] and exchange.decision is None

@@ -60,6 +60,11 @@ class ProtocolError(Exception):
     """Envoy sent a message the current phase does not allow."""
 
 
+class _HoldNotSent(Exception):
+    """Envoy's stream took no message while the request was being held (the client or
+    Envoy went away): nothing is left to decide, and it is no fault of the decider's."""
+
+
 # Sends one response to Envoy (the stream's write): coroutines, not async generators, all
 # the way down, as an async generator costs its loop a registration of its own.
 Send = Callable[[ext_proc.ProcessingResponse], Awaitable[object]]
@@ -181,7 +186,10 @@ class Exchange:
         async def hold(seconds: float) -> None:
             nonlocal held_at
             held_at = time.perf_counter()
-            await send(messages.hold_message(seconds + HOLD_MARGIN_SECONDS))
+            try:
+                await send(messages.hold_message(seconds + HOLD_MARGIN_SECONDS))
+            except Exception as error:
+                raise _HoldNotSent from error
 
         decision = await self._ask(view, hold)
         if isinstance(decision, Respond) and held_at is not None:
@@ -200,6 +208,9 @@ class Exchange:
     async def _ask(self, view: RequestView, hold: Hold) -> Decision:
         try:
             return await self._decider.decide(view, hold)
+        except _HoldNotSent as gone:
+            assert gone.__cause__ is not None
+            raise gone.__cause__ from None  # the stream's own failure, as any write's
         except Exception:
             # A fault of ours must not cost the client its request: fail open, as Envoy's
             # failure_mode_allow does when the sidecar is unreachable.
