@@ -45,6 +45,12 @@ class SidecarMetrics:
             "Version of the QoS configuration this sidecar has in force.",
             registry=self.registry,
         )
+        self.config_put_back = Counter(
+            "qos_config_put_back",
+            "Times this sidecar put back into Redis the configuration Redis had lost "
+            "(restarted empty, rolled back, or made anew), tenants and key hashes with it.",
+            registry=self.registry,
+        )
         self.config_invalid = Gauge(
             "qos_config_invalid",
             "1 while the configuration document in Redis does not validate (the sidecar "

@@ -110,6 +110,7 @@ class SidecarServer:
         self.config_store = ConfigStore(self.redis)
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
+        self.watcher.on_put_back(lambda _snapshot: self.metrics.config_put_back.inc())
         self.metrics.config_invalid.set_function(lambda: float(self.watcher.problem is not None))
         reports = ReportStore(self.redis)
         sidecar_id = self.worker.owner if self.worker else secrets.token_hex(4)

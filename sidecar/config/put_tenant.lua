@@ -1,10 +1,14 @@
 -- A tenant's record and its API key, together (sidecar/config/tenants.py).
--- KEYS: tenants hash, api-keys hash, the tenant's key set, version, the set of the key's
---       holder as read before the call (the tenant's own when none)
+-- KEYS: tenants hash, api-keys hash, the tenant's key set, version, the store's identity,
+--       the set of the key's holder as read before the call (the tenant's own when none)
 -- ARGV: name, tenant JSON, key digest ('' for none), holder read before ('' for none),
---       '1' to move the key from its holder
+--       '1' to move the key from its holder, the identity of the store written to
 -- -> {'ok', version} | {'held', holder} | {'retry'} (the holder changed meanwhile)
+--    | {'lost'} (Redis no longer holds that store)
 local name, digest, expected = ARGV[1], ARGV[3], ARGV[4]
+if redis.call('GET', KEYS[5]) ~= ARGV[6] then
+  return {'lost'}
+end
 local holder = false
 if digest ~= '' then
   holder = redis.call('HGET', KEYS[2], digest)
@@ -18,7 +22,7 @@ end
 redis.call('HSET', KEYS[1], name, ARGV[2])
 if digest ~= '' then
   if holder and holder ~= name then
-    redis.call('SREM', KEYS[5], digest)
+    redis.call('SREM', KEYS[6], digest)
   end
   redis.call('HSET', KEYS[2], digest, name)
   redis.call('SADD', KEYS[3], digest)

@@ -5,6 +5,11 @@ version and stay on one Redis Cluster slot. Every change increments the version 
 announced on a channel; sidecars reload on the announcement and also poll the version,
 so a missed message is caught within the poll interval.
 
+The store has an identity, made when it is first written. A writer that holds a
+snapshot (a sidecar: the SLO controller, the dashboard) writes only to the store it
+read, never to one that lost it (StoreLost: the sidecars put back what they hold,
+config/memory.py); a writer that holds none (a command) makes an empty store a new one.
+
     qos:{qos-config}:doc             the QosConfig document, JSON
     qos:{qos-config}:doc-good        the last document written through ConfigStore (it
                                      validated): what a sidecar started on a broken
@@ -15,6 +20,8 @@ so a missed message is caught within the poll interval.
     qos:{qos-config}:adjustments     the controller's last adjustments, newest first, JSON
     qos:{qos-config}:mode-changes    the operator's last switches, newest first, JSON
     qos:{qos-config}:version         incremented on every change
+    qos:{qos-config}:store           the store's identity: set when it is first written
+    qos:{qos-config}:reseed          the lease of the sidecar putting back a lost store
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
     qos:{qos-config}:tenant-keys:N   set: the key hashes of tenant N
@@ -25,8 +32,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import redis.asyncio as redis
@@ -39,6 +48,7 @@ from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.config.switches import ModeChange
+from sidecar.config.tenants import StoreLost
 from sidecar.routes.table import RouteTable
 from sidecar.routes.table import build as build_routes
 
@@ -54,7 +64,17 @@ MODE_CHANGES_KEPT = 100
 VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
+STORE_KEY = f"{_PREFIX}:store"
+RESEED_LEASE_KEY = f"{_PREFIX}:reseed"
 CHANGED_CHANNEL = "qos:config:changed"
+
+
+OPEN_STORE = resources.files("sidecar.config").joinpath("open_store.lua").read_text()
+
+
+def new_identity() -> str:
+    """A store's identity: it orders stores by when they were made (then by chance)."""
+    return f"{time.time_ns() // 1_000_000:013d}-{secrets.token_hex(4)}"
 
 
 def tenant_keys_key(tenant: str) -> str:
@@ -89,6 +109,9 @@ class Snapshot:
     mode: OperatorMode = field(default_factory=OperatorMode)
     # The SLO controller's shares per pool, for the pools where it has moved any.
     shares: dict[str, dict[Tier, float]] | None = None
+    store_id: str = ""  # the identity of the store it was read from ("": none yet)
+    # The API keys' SHA-256 digests → their tenants, as the store held them.
+    api_keys: dict[str, str] = field(default_factory=dict)
     pools: Pools = field(init=False, repr=False, compare=False)
     routes: RouteTable = field(init=False, repr=False, compare=False)
 
@@ -130,9 +153,11 @@ class ConfigStore:
             for key in (VERSION_KEY, DOC_KEY):
                 pipe.get(key)
             pipe.hgetall(TENANTS_KEY)
-            for key in (MODE_KEY, SHARES_KEY, GOOD_DOC_KEY):
+            for key in (MODE_KEY, SHARES_KEY, GOOD_DOC_KEY, STORE_KEY):
                 pipe.get(key)
-            version, doc, tenants, mode, shares, good = await pipe.execute()
+            pipe.hgetall(API_KEYS_KEY)
+            version, doc, tenants, mode, shares, good, store_id, keys = await pipe.execute()
+        store, api_keys = _text(store_id or b""), {_text(d): _text(t) for d, t in keys.items()}
         try:
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
@@ -144,12 +169,12 @@ class ConfigStore:
         try:
             config = QosConfig.model_validate_json(doc) if doc else QosConfig()
         except ValueError as error:
-            fallback = Snapshot(0, _last_good(good), parsed, operator_mode)
+            fallback = Snapshot(0, _last_good(good), parsed, operator_mode, None, store, api_keys)
             raise ConfigInvalid(
                 f"the configuration document in Redis does not validate:\n{_problems(error)}",
                 fallback,
             ) from error
-        return Snapshot(int(version or 0), config, parsed, operator_mode, moved)
+        return Snapshot(int(version or 0), config, parsed, operator_mode, moved, store, api_keys)
 
     async def stored_document(self) -> dict[str, Any]:
         """The document as Redis holds it, valid or not ({} when it is not a JSON object),
@@ -161,8 +186,20 @@ class ConfigStore:
             return {}
         return document if isinstance(document, dict) else {}
 
-    async def save_config(self, config: QosConfig) -> int:
-        """A new document; the controller starts again from its shares."""
+    async def initialize(self) -> str:
+        """The store's identity; an empty store (none) is made a new one, with the
+        default document where it holds none."""
+        identity, version = await self._redis.eval(
+            OPEN_STORE, 3, STORE_KEY, DOC_KEY, VERSION_KEY, new_identity(), _DEFAULTS
+        )
+        if int(version):
+            await self._redis.publish(CHANGED_CHANNEL, str(int(version)))
+        return _text(identity)
+
+    async def save_config(self, config: QosConfig, held: str | None = None) -> int:
+        """A new document; the controller starts again from its shares. `held`, here
+        and in every change: the identity of the store the writer read (StoreLost when
+        Redis no longer holds it); None: whatever store Redis holds, made new if empty."""
 
         document = config.model_dump_json()
 
@@ -171,10 +208,14 @@ class ConfigStore:
             pipe.set(GOOD_DOC_KEY, document)
             pipe.delete(SHARES_KEY)
 
-        return await self._change(change)
+        return await self._change(change, held)
 
     async def save_shares(
-        self, shares: dict[Tier, float], reason: str, pool: str = DEFAULT_POOL
+        self,
+        shares: dict[Tier, float],
+        reason: str,
+        pool: str = DEFAULT_POOL,
+        held: str | None = None,
     ) -> int:
         """The SLO controller's new shares for one pool, and a line of history saying why.
         Stored as {pool: {tier: share}}; the other pools' shares are kept."""
@@ -192,13 +233,15 @@ class ConfigStore:
             pipe.lpush(ADJUSTMENTS_KEY, entry)
             pipe.ltrim(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
 
-        return await self._change(change)
+        return await self._change(change, held)
 
     async def adjustments(self, count: int = 20) -> list[dict[str, Any]]:
         """The controller's latest adjustments, newest first."""
         return [json.loads(x) for x in await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)]
 
-    async def save_mode(self, mode: OperatorMode, change: ModeChange) -> int:
+    async def save_mode(
+        self, mode: OperatorMode, change: ModeChange, held: str | None = None
+    ) -> int:
         """The new mode, and the record of who switched it, in one transaction."""
 
         def apply(pipe: Any) -> None:
@@ -206,19 +249,12 @@ class ConfigStore:
             pipe.lpush(MODE_CHANGES_KEY, change.to_json())
             pipe.ltrim(MODE_CHANGES_KEY, 0, MODE_CHANGES_KEPT - 1)
 
-        return await self._change(apply)
+        return await self._change(apply, held)
 
     async def mode_changes(self, count: int = 20) -> list[ModeChange]:
         """The operator's latest switches, newest first."""
         stored = await self._redis.lrange(MODE_CHANGES_KEY, 0, count - 1)
         return [change for text in stored if (change := ModeChange.from_json(text))]
-
-    async def seed_defaults(self) -> bool:
-        """Write the default document if Redis has none; True if it was written."""
-        written = await self._redis.set(DOC_KEY, QosConfig().model_dump_json(), nx=True)
-        if written:
-            await self._change(lambda _pipe: None)  # only the version bump and announcement
-        return bool(written)
 
     async def put_tenant(
         self, name: str, tenant: Tenant, api_key: str | None = None, *, move_key: bool = False
@@ -228,28 +264,36 @@ class ConfigStore:
         return (await self.put_tenant_reporting(name, tenant, api_key, move_key=move_key)).version
 
     async def put_tenant_reporting(
-        self, name: str, tenant: Tenant, api_key: str | None = None, *, move_key: bool = False
+        self,
+        name: str,
+        tenant: Tenant,
+        api_key: str | None = None,
+        *,
+        move_key: bool = False,
+        held: str | None = None,
     ) -> tenants.Put:
         tenants.check_name(name)
         if api_key is not None:
             tenants.check_api_key(api_key)
         digest = hash_api_key(api_key) if api_key is not None else ""
-        own = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY)
+        own = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY, STORE_KEY)
         record = tenant.model_dump_json()
+        store = held if held is not None else await self.initialize()
         while True:
             found = await self.tenant_hash(digest) if digest else None
             holder = _text(found) if found is not None else None
             holder_keys = tenant_keys_key(holder or name)
             done = await tenants.put(
-                self._redis, own, holder_keys, name, record, digest, holder, move_key
+                self._redis, own, holder_keys, name, record, digest, holder, move_key, store
             )
             if done is not None:
                 await self._redis.publish(CHANGED_CHANNEL, str(done.version))
                 return done
 
-    async def remove_tenant(self, name: str) -> bool:
-        keys = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY)
-        existed, version = await tenants.remove(self._redis, keys, name)
+    async def remove_tenant(self, name: str, held: str | None = None) -> bool:
+        keys = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY, STORE_KEY)
+        store = held if held is not None else await self.initialize()
+        existed, version = await tenants.remove(self._redis, keys, name, store)
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return existed
 
@@ -268,14 +312,30 @@ class ConfigStore:
         name = await self._redis.hget(API_KEYS_KEY, digest)
         return None if name is None else _text(name)
 
-    async def _change(self, apply: Any) -> int:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            apply(pipe)
-            pipe.incr(VERSION_KEY)
-            results = await pipe.execute()
+    async def _change(self, apply: Any, held: str | None) -> int:
+        """`apply`'s commands and the version's bump, in one transaction, in the store
+        `held` names (or, with none held, in whatever store Redis holds)."""
+        store = held if held is not None else await self.initialize()
+        while True:
+            try:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    await pipe.watch(STORE_KEY)
+                    found = await pipe.get(STORE_KEY)
+                    if found is None or _text(found) != store:
+                        raise StoreLost(f"Redis no longer holds the store {store}")
+                    pipe.multi()
+                    apply(pipe)
+                    pipe.incr(VERSION_KEY)
+                    results = await pipe.execute()
+                break
+            except redis.WatchError:
+                continue  # the identity was written meanwhile (put back): look again
         version = int(results[-1])
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return version
+
+
+_DEFAULTS = QosConfig().model_dump_json()
 
 
 def _problems(error: ValueError) -> str:

@@ -27,6 +27,11 @@ PUT = _LUA.joinpath("put_tenant.lua").read_text()
 REMOVE = _LUA.joinpath("remove_tenant.lua").read_text()
 
 
+class StoreLost(Exception):
+    """The store is not the one the writer read: Redis lost it (restarted empty, a
+    master's data gone) or holds another. Nothing was written."""
+
+
 class TenantInvalid(ValueError):
     """A tenant name or API key the store does not take."""
 
@@ -57,19 +62,23 @@ class Put:
 
 async def put(
     client: redis.Redis,
-    keys: tuple[str, str, str, str],
+    keys: tuple[str, str, str, str, str],
     holder_keys: str,
     name: str,
     record: str,
     digest: str,
     holder: str | None,
     move_key: bool,
+    store: str,
 ) -> Put | None:
     """One attempt; None when the key's holder changed since it was read (read again)."""
+    moving = "1" if move_key else "0"
     result = await client.eval(
-        PUT, 5, *keys, holder_keys, name, record, digest, holder or "", "1" if move_key else "0"
+        PUT, 6, *keys, holder_keys, name, record, digest, holder or "", moving, store
     )
     outcome = _text(result[0])
+    if outcome == "lost":
+        raise StoreLost(f"Redis no longer holds the store {store}")
     if outcome == "retry":
         return None
     if outcome == "held":
@@ -78,9 +87,12 @@ async def put(
 
 
 async def remove(
-    client: redis.Redis, keys: tuple[str, str, str, str], name: str
+    client: redis.Redis, keys: tuple[str, str, str, str, str], name: str, store: str
 ) -> tuple[bool, int]:
-    existed, version = await client.eval(REMOVE, 4, *keys, name)
+    result = await client.eval(REMOVE, 5, *keys, name, store)
+    if _text(result[0]) == "lost":
+        raise StoreLost(f"Redis no longer holds the store {store}")
+    existed, version = result
     return bool(existed), int(version)
 
 

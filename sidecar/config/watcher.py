@@ -1,4 +1,5 @@
-"""Keeps a sidecar's copy of the configuration current: pub/sub plus a version poll."""
+"""Keeps a sidecar's copy of the configuration current: pub/sub plus a version poll; and
+puts it back when Redis lost it (config/memory.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 import redis.asyncio as redis
 
 from sidecar import redis_errors
+from sidecar.config import memory
 from sidecar.config.store import (
     CHANGED_CHANNEL,
     REPAIR_HINT,
@@ -42,6 +44,7 @@ class ConfigWatcher:
         # Until Redis has answered once, the sidecar runs on defaults and local budgets.
         self.unreached: str | None = "Redis not asked yet"
         self._listeners: list[Callable[[Snapshot], None]] = []
+        self._put_back_listeners: list[Callable[[Snapshot], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
 
@@ -69,9 +72,12 @@ class ConfigWatcher:
     def on_change(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)
 
+    def on_put_back(self, listener: Callable[[Snapshot], None]) -> None:
+        """Called with the snapshot this sidecar put back into a store that lost it."""
+        self._put_back_listeners.append(listener)
+
     async def start(self) -> None:
         try:
-            await self._store.seed_defaults()
             await self.refresh()
         except redis.RedisError as error:
             redis_errors.note("config")
@@ -92,20 +98,22 @@ class ConfigWatcher:
     async def refresh(self) -> None:
         """Load the configuration if its version moved on since the last load."""
         async with self._lock:
-            version = await self._store.version()
+            state = await memory.read_state(self._redis)
             self.unreached = None
-            if version in (self.current.version, self.refused_version):
+            held = self.current
+            if memory.lost(held, state):
+                # What Redis lost is not a new configuration: keep the one held, and put
+                # it back (or find it put back by another sidecar at the next look).
+                if await memory.put_back(self._redis, held):
+                    self._put_back(held, state)
                 return
-            if version == 0 and self.current.version > 0:
-                # Redis came back empty (restarted without persistence): what it lost is
-                # not a new configuration. Keep the last good one until someone writes one.
-                if self.refused_version != 0:
-                    log.error(
-                        "Redis holds no configuration any more; keeping version %s",
-                        self.current.version,
-                    )
-                self.refused_version = 0
+            if held.version == 0 and not state.identity:
+                await self._store.initialize()  # holding nothing: an empty store is new
+            elif (state.version, state.identity) == (held.version, held.store_id):
                 return
+            if state.version == self.refused_version:
+                return
+            version = state.version
             try:
                 snapshot = await self._store.load()
             except ConfigInvalid as error:
@@ -133,6 +141,20 @@ class ConfigWatcher:
             )
         for listener in self._listeners:
             listener(snapshot)
+
+    def _put_back(self, held: Snapshot, found: memory.StoreState) -> None:
+        log.warning(
+            "Redis had lost the configuration (it held version %s of store %r): put back "
+            "version %s of store %s, with its %s tenants and %s API keys",
+            found.version,
+            found.identity or None,
+            held.version,
+            held.store_id,
+            len(held.tenants),
+            len(held.api_keys),
+        )
+        for listener in self._put_back_listeners:
+            listener(held)
 
     async def _poll(self) -> None:
         while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +22,7 @@ __all__ = [
     "SteadyLoad",
     "budgets_local",
     "chat_once",
+    "cli",
     "decision_count",
     "flood",
     "p1_in_flight",
@@ -97,6 +99,23 @@ def failed_open(stack: Stack) -> int:
 
 def admitted_count(sidecar_admin_url: str) -> float:
     return decision_count(sidecar_admin_url, "admit", "admitted")
+
+
+async def cli(redis_url: str, *args: str) -> str:
+    """`qos-sidecar ARGS` as an operator runs it; its output (it must succeed)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sidecar",
+        *args,
+        "--redis-url",
+        redis_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output
+    return output.decode()
 
 
 async def wait_until(check: Callable[[], bool], within: float = 10.0, what: str = "") -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import socket
-import sys
 import time
 
 import grpc
@@ -15,28 +13,11 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
 from sidecar.request.extproc.client import ExtProcClient
-from tests.integration.helpers import decision_count
+from tests.integration.helpers import cli, decision_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-
-
-async def cli(redis_url: str, *args: str) -> str:
-    """`qos-sidecar ARGS` as an operator runs it; its output (it must succeed)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sidecar",
-        *args,
-        "--redis-url",
-        redis_url,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output, _ = await process.communicate()
-    assert process.returncode == 0, output
-    return output.decode()
 
 
 async def outcome(address: str, key: str) -> str:

@@ -1,6 +1,7 @@
 """The whole stack on a Redis Cluster of three masters: budgets, load reports, config
-changes, SLO samples and the controller's lease work unchanged, and a master killed under
-load sends budgets local until it is back."""
+changes, SLO samples and the controller's lease work unchanged, a master killed under
+load sends budgets local until it is back, and the master of the configuration coming
+back without its data loses nothing an operator set."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.integration.helpers import (
     SteadyLoad,
     budgets_local,
     chat_once,
+    cli,
     scrape,
     stack_with_tenant,
     wait_until,
@@ -116,3 +118,31 @@ async def test_a_master_killed_under_load_sends_budgets_local_until_it_is_back(c
     assert stack.process("sidecar").running()
     failed = [r for r in results if r != (200, None)]
     assert failed == [], failed[:5]
+
+
+@pytest.mark.timeout(120)
+async def test_the_configuration_s_master_back_without_its_data_loses_nothing(cluster_stack):
+    stack = cluster_stack
+    url = stack.redis_url
+    await cli(url, "mode", "shed", "p2", "--redis-cluster", "--by", "duty")
+    port = master_of(stack, "qos:{qos-config}:doc")
+    async with SteadyLoad(lambda s: chat_once(s, stack.envoy_url, P0_KEY, BODY)) as load:
+        results = load.results
+        await wait_until(lambda: len(results) >= 20, what="load running")
+        stack.process(f"redis-{port}").send_signal(signal.SIGKILL)
+        await asyncio.sleep(1)
+        stack.processes.append(start_cluster_node(stack.options.work_dir, port))
+        ports = cluster_ports(stack)
+        await wait_until(lambda: all(cluster_ok(p, 3) for p in ports), what="cluster ok")
+        node = redis.Redis(port=port)
+        await wait_until(lambda: node.exists("qos:{qos-config}:doc"), within=20, what="put back")
+        node.close()
+        during = len(results)
+        await wait_until(lambda: len(results) > during + 20, within=20, what="requests after")
+
+    assert "force-shed: p2" in await cli(url, "mode", "get", "--redis-cluster")
+    assert "cluster-pay" in await cli(url, "tenants", "list", "--redis-cluster")
+    failed = [r for r in results if r != (200, None)]
+    assert failed == [], failed[:5]  # its key known as P0's all through
+    assert scrape(f"{stack.sidecar_admin_url}/metrics")["qos_config_put_back_total{}"] >= 1
+    await cli(url, "mode", "unshed", "p2", "--redis-cluster", "--by", "duty")

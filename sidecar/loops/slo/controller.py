@@ -20,7 +20,7 @@ from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.store import ConfigStore, Snapshot
+from sidecar.config.store import ConfigStore, Snapshot, StoreLost
 from sidecar.loops.slo.control import Adjustment, Compliance, adjust
 from sidecar.loops.slo.lease import Lease
 from sidecar.loops.slo.samples import SampleStore
@@ -105,7 +105,12 @@ class SloController:
         )
         if step is None:
             return None
-        await self._store.save_shares(step.shares, step.reason, pool.name)
+        try:
+            # Only into the store it read: never a fresh document over a lost one.
+            await self._store.save_shares(step.shares, step.reason, pool.name, snapshot.store_id)
+        except StoreLost:
+            log.warning("SLO controller: Redis lost the configuration; no move until it is back")
+            return None
         self.adjusted_at[pool.name] = self._clock()
         log.info(
             "SLO controller moved budget: %s",

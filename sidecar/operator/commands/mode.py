@@ -81,7 +81,9 @@ async def _log(store: ConfigStore, args: argparse.Namespace) -> None:
 
 
 async def _switch(store: ConfigStore, args: argparse.Namespace, switch) -> None:
-    changed, what = switch((await store.load()).mode)
+    held = await store.load()
+    changed, what = switch(held.mode)
     by = clean_name(args.by) or _who()
-    version = await store.save_mode(changed, ModeChange(what, by, "cli"))
+    # Into the store it read the mode from (StoreLost should Redis lose it meanwhile).
+    version = await store.save_mode(changed, ModeChange(what, by, "cli"), held.store_id or None)
     print(f"{_describe(changed)}\n(version {version})")

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
-from sidecar.config.store import Snapshot
+from sidecar.config.store import Snapshot, StoreLost
 from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
 from sidecar.operator.dashboard import auth
 from sidecar.operator.gateway_view import GatewayView
@@ -53,10 +53,19 @@ def add_routes(
         sidecar, recording who switched: the name the body gives, and where from."""
         auth.check(request, token)
         body = await _json(request)
-        changed, what = change(body, gateway.watcher.current.mode)
+        held = gateway.watcher.current
+        changed, what = change(body, held.mode)
         name, remote = clean_name(body.get("by")), _client_address(request, behind_supervisor)
         by = f"{name} from {remote}" if name else remote
-        await gateway.config_store.save_mode(changed, ModeChange(what, by, auth.via(request)))
+        try:
+            await gateway.config_store.save_mode(
+                changed, ModeChange(what, by, auth.via(request)), held.store_id
+            )
+        except StoreLost:
+            raise web.HTTPServiceUnavailable(
+                text="Redis lost the configuration; the sidecars are putting it back: "
+                "switch again in a few seconds\n"
+            ) from None
         await gateway.watcher.refresh()
         # The answer shows this switch; should the read fail, it is switched all the same
         # and the next tick reads it.

@@ -1,9 +1,11 @@
 """Who sent a request: API key or trusted header → tenant → tier.
 
-API keys are looked up by their SHA-256 (Redis never holds a raw key). Known keys are
-cached until the configuration changes; unknown keys are remembered for
-`negative_cache_seconds`, and lookups of keys in neither cache are rate-limited, so a
-flood of random keys costs Redis a bounded number of calls.
+API keys are known by their SHA-256 (Redis never holds a raw key), first from the
+configuration the sidecar holds (every key's hash is in its snapshot: a key works while
+Redis is away or has lost it). A key not there yet (added since the snapshot) is looked
+up in Redis: known keys are cached until the configuration changes; unknown keys are
+remembered for `negative_cache_seconds`, and lookups of keys in neither cache are
+rate-limited, so a flood of random keys costs Redis a bounded number of calls.
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ class IdentityResolver:
             tenant = None
             if source == "api_key":
                 token = bearer_token(headers)
-                tenant = await self._tenant_for_key(token) if token else None
+                if token:
+                    digest = hash_api_key(token)
+                    tenant = snapshot.api_keys.get(digest) or await self._tenant_for_key(digest)
             elif source == "header":
                 tenant = headers.get(config.tenant_header) or None
             if tenant is not None and tenant in snapshot.tenants:
@@ -113,8 +117,7 @@ class IdentityResolver:
             raise Unauthenticated
         return Identity(None, config.default_tier, "default")
 
-    async def _tenant_for_key(self, api_key: str) -> str | None:
-        digest = hash_api_key(api_key)
+    async def _tenant_for_key(self, digest: str) -> str | None:
         if digest in self._known:
             return self._known[digest]
         if digest in self._unknown or not self._budget.take():

@@ -1,0 +1,41 @@
+-- Put back a configuration the store lost (config/memory.py), only while it is still lost
+-- as the sidecar that holds it sees it: the first sidecar writes, the others find it back.
+-- KEYS: identity, document, last good document, mode, shares, tenants, API keys, version,
+--       then the key set of each tenant, in the order ARGV[8] names them
+-- ARGV: held identity, held version, document, mode, shares ('' for none),
+--       tenants {name: record JSON} JSON, API keys {digest: name} JSON, [names] JSON
+-- -> 1 written, 0 not lost (any more)
+local held, held_version = ARGV[1], tonumber(ARGV[2])
+local store = redis.call('GET', KEYS[1])
+local version = tonumber(redis.call('GET', KEYS[8]) or '0')
+local lost = redis.call('EXISTS', KEYS[2]) == 0 or not store
+  or (store == held and version < held_version) or (store ~= held and store > held)
+if not lost then
+  return 0
+end
+redis.call('SET', KEYS[1], held)
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('SET', KEYS[4], ARGV[4])
+if ARGV[5] == '' then
+  redis.call('DEL', KEYS[5])
+else
+  redis.call('SET', KEYS[5], ARGV[5])
+end
+redis.call('DEL', KEYS[6], KEYS[7])
+for name, record in pairs(cjson.decode(ARGV[6])) do
+  redis.call('HSET', KEYS[6], name, record)
+end
+local key_set = {}
+for i, name in ipairs(cjson.decode(ARGV[8])) do
+  key_set[name] = KEYS[8 + i]
+  redis.call('DEL', KEYS[8 + i])
+end
+for digest, name in pairs(cjson.decode(ARGV[7])) do
+  redis.call('HSET', KEYS[7], digest, name)
+  if key_set[name] then
+    redis.call('SADD', key_set[name], digest)
+  end
+end
+redis.call('SET', KEYS[8], held_version)
+return 1

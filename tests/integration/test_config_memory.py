@@ -1,0 +1,103 @@
+"""What a sidecar holds goes back into a real Redis that lost it, once; no writer starts a
+fresh configuration over a lost one."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.config.base import Tier
+from sidecar.config.memory import put_back, read_state
+from sidecar.config.operator_state import Mode, OperatorMode, Tenant
+from sidecar.config.schema import QosConfig
+from sidecar.config.store import (
+    API_KEYS_KEY,
+    DOC_KEY,
+    ConfigStore,
+    StoreLost,
+    hash_api_key,
+    tenant_keys_key,
+)
+from sidecar.config.switches import ModeChange
+from sidecar.config.watcher import ConfigWatcher
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+async def configured(store: ConfigStore):
+    """A store an operator configured, and the snapshot a sidecar holds of it."""
+    await store.save_config(QosConfig.from_partial({"fleet": {"max_concurrency": 7}}))
+    await store.put_tenant("pay", Tenant(tier=Tier.P0), "k-pay")
+    await store.put_tenant("bulk", Tenant(tier=Tier.P2, rate_tokens_per_second=50), "k-bulk")
+    await store.save_mode(OperatorMode(mode=Mode.CORE_ONLY), ModeChange("core-only", "duty", "cli"))
+    await store.save_shares({Tier.P0: 0.7, Tier.P1: 0.25, Tier.P2: 0.05}, "test")
+    return await store.load()
+
+
+async def test_an_emptied_redis_gets_back_all_a_sidecar_held_written_once(aredis):
+    store = ConfigStore(aredis)
+    held = await configured(store)
+    await aredis.flushall()
+
+    assert await put_back(aredis, held)
+    assert not await put_back(aredis, held)  # the next sidecar finds it back
+    back = await store.load()
+    assert back.version == held.version and back.store_id == held.store_id
+    assert back.config.fleet.max_concurrency == 7 and back.mode.mode is Mode.CORE_ONLY
+    assert back.tenants == held.tenants and back.shares == held.shares
+    assert back.api_keys == {hash_api_key("k-pay"): "pay", hash_api_key("k-bulk"): "bulk"}
+    assert await store.key_count("pay") == 1  # its key set too: removing it revokes the key
+    assert await store.remove_tenant("pay")
+    assert await aredis.hget(API_KEYS_KEY, hash_api_key("k-pay")) is None
+    assert not await aredis.exists(tenant_keys_key("pay"))
+
+
+async def test_no_writer_that_read_a_store_writes_into_an_emptied_one(aredis):
+    store = ConfigStore(aredis)
+    held = await configured(store)
+    await aredis.flushall()
+    with pytest.raises(StoreLost):  # the SLO controller's move
+        await store.save_shares(
+            {Tier.P0: 0.8, Tier.P1: 0.15, Tier.P2: 0.05}, "x", held=held.store_id
+        )
+    with pytest.raises(StoreLost):  # a switch from the dashboard
+        await store.save_mode(OperatorMode(), ModeChange("normal", "x", "dashboard"), held.store_id)
+    with pytest.raises(StoreLost):
+        await store.put_tenant_reporting("new", Tenant(tier=Tier.P1), held=held.store_id)
+    assert await aredis.dbsize() == 0  # not a fresh document, not a version
+
+
+async def test_the_latest_version_held_wins_and_a_store_made_anew_is_replaced(aredis):
+    store = ConfigStore(aredis)
+    earlier = await configured(store)
+    await store.put_tenant("late", Tenant(tier=Tier.P1), "k-late")
+    later = await store.load()
+    await aredis.flushall()
+    # A command that held nothing made the empty Redis a new store meanwhile.
+    await ConfigStore(aredis).put_tenant("stray", Tenant(tier=Tier.P2))
+    assert (await read_state(aredis)).identity > later.store_id
+
+    assert await put_back(aredis, earlier)  # a sidecar that had not seen the last change
+    assert await put_back(aredis, later)  # one that had: the store is behind it
+    assert not await put_back(aredis, earlier)
+    back = await store.load()
+    assert back.version == later.version and "late" in back.tenants
+    assert "stray" not in back.tenants
+
+
+async def test_a_watcher_puts_back_what_it_holds_and_follows_what_is_put_back(aredis):
+    store = ConfigStore(aredis)
+    first, second = ConfigWatcher(aredis), ConfigWatcher(aredis)
+    await first.refresh()  # an empty Redis, nothing held: made a new store
+    assert (await read_state(aredis)).identity == first.current.store_id != ""
+    held = await configured(store)
+    await first.refresh()
+    await second.refresh()
+    put_backs = []
+    first.on_put_back(put_backs.append)
+    second.on_put_back(put_backs.append)
+    await aredis.flushall()
+    await first.refresh()
+    await second.refresh()
+    assert [snapshot.version for snapshot in put_backs] == [held.version]  # once
+    assert second.current == first.current and first.current.mode.mode is Mode.CORE_ONLY
+    assert await aredis.exists(DOC_KEY)
