@@ -3,6 +3,9 @@ fresh configuration over a lost one."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from sidecar.config.base import Tier
@@ -19,6 +22,8 @@ from sidecar.config.store import (
 )
 from sidecar.config.switches import ModeChange
 from sidecar.config.watcher import ConfigWatcher
+from sidecar.operator.commands.common import configuration_in_place
+from sidecar.request.queueing.peers import PEERS_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -101,3 +106,31 @@ async def test_a_watcher_puts_back_what_it_holds_and_follows_what_is_put_back(ar
     assert [snapshot.version for snapshot in put_backs] == [held.version]  # once
     assert second.current == first.current and first.current.mode.mode is Mode.CORE_ONLY
     assert await aredis.exists(DOC_KEY)
+
+
+async def test_a_command_waits_for_the_sidecars_to_put_back_what_redis_lost(aredis, capsys):
+    store = ConfigStore(aredis)
+    held = await configured(store)
+    await aredis.flushall()
+    await aredis.hset(PEERS_KEY, "a-sidecar", "0 0")  # sidecars are about
+
+    async def sidecar_puts_back():
+        await asyncio.sleep(0.5)
+        await put_back(aredis, held)
+
+    putting_back = asyncio.create_task(sidecar_puts_back())
+    started = time.monotonic()
+    await configuration_in_place(aredis)
+    assert time.monotonic() - started >= 0.5
+    await putting_back
+    assert "waiting for the sidecars" in capsys.readouterr().err
+    assert (await store.load()).mode.mode is Mode.CORE_ONLY  # read what was set, not empty
+
+
+async def test_a_command_on_an_empty_redis_with_no_sidecar_makes_it_a_new_store(aredis):
+    started = time.monotonic()
+    await configuration_in_place(aredis)
+    assert time.monotonic() - started < 3
+    await ConfigStore(aredis).put_tenant("first", Tenant(tier=Tier.P1))
+    state = await read_state(aredis)
+    assert state.identity and state.has_document and state.version == 2

@@ -6,19 +6,28 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as redis
 
 from sidecar import redis_connect
-from sidecar.config.store import ConfigStore
+from sidecar.config import memory
+from sidecar.config.store import ConfigStore, StoreLost
 from sidecar.options import parse_bool
+from sidecar.request.queueing.peers import PEERS_KEY
 from sidecar.settings import DEFAULT_REDIS_URL
 
 
 class CommandError(Exception):
     """A refusal to show the operator: printed without a traceback, exit code 2."""
+
+
+# How long a command waits for the sidecars to put back a configuration Redis lost, and
+# how long for a sidecar to show itself at all before an empty Redis counts as new.
+PUT_BACK_WAIT_SECONDS = 10.0
+SIDECARS_SEEN_WITHIN_SECONDS = 1.0
 
 
 def add_redis_argument(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +52,11 @@ def run_with_store(
             args.redis_url, args.redis_cluster, socket_connect_timeout=2, socket_timeout=5
         )
         try:
+            await configuration_in_place(client)
             await action(ConfigStore(client), args)
+        except StoreLost as error:
+            message = f"{error}; the sidecars are putting it back: run this again"
+            raise CommandError(message) from None
         finally:
             await client.aclose()
 
@@ -56,3 +69,31 @@ def run_with_store(
         print(f"error: Redis at {redis_connect.redacted(args.redis_url)}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+async def configuration_in_place(client: redis.Redis) -> None:
+    """Wait while the sidecars put back a configuration Redis lost (restarted empty), so a
+    command neither reads an empty store nor makes it a new one under them. An empty
+    Redis with no sidecar about is a new one: the command's write makes it."""
+    started = time.monotonic()
+    told = False
+    while not _in_place(await memory.read_state(client)):
+        waited = time.monotonic() - started
+        if waited > SIDECARS_SEEN_WITHIN_SECONDS and not await client.exists(PEERS_KEY):
+            return
+        if waited > PUT_BACK_WAIT_SECONDS:
+            raise CommandError(
+                f"Redis holds no configuration, and no sidecar put one back within "
+                f"{PUT_BACK_WAIT_SECONDS:.0f} s; look at the sidecars' logs"
+            )
+        if not told:
+            print(
+                "Redis holds no configuration: waiting for the sidecars to put theirs back",
+                file=sys.stderr,
+            )
+            told = True
+        await asyncio.sleep(0.2)
+
+
+def _in_place(state: memory.StoreState) -> bool:
+    return bool(state.identity) and state.has_document
