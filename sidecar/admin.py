@@ -10,9 +10,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sidecar.metrics import SidecarMetrics
 
 
-def admin_app(metrics: SidecarMetrics, not_ready: Callable[[], str | None]) -> web.Application:
+def admin_app(
+    metrics: SidecarMetrics,
+    not_ready: Callable[[], str | None],
+    notes: Callable[[], list[str]] = list,
+) -> web.Application:
     """Health and metrics, open (bind the admin port to localhost or a private network);
-    the dashboard adds its own routes, behind the admin token."""
+    the dashboard adds its own routes, behind the admin token. `notes`: what a ready
+    sidecar says beside it (a configuration file refused, while the last good serves)."""
 
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -20,7 +25,7 @@ def admin_app(metrics: SidecarMetrics, not_ready: Callable[[], str | None]) -> w
     async def readyz(_request: web.Request) -> web.Response:
         reason = not_ready()  # None: ready
         if reason is None:
-            return web.Response(text="ready\n")
+            return web.Response(text="".join(f"{line}\n" for line in ["ready", *notes()]))
         return web.Response(status=503, text=f"not ready: {reason}\n")
 
     async def prometheus(_request: web.Request) -> web.Response:

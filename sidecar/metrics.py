@@ -51,6 +51,13 @@ class SidecarMetrics:
             "(restarted empty, rolled back, or made anew), tenants and key hashes with it.",
             registry=self.registry,
         )
+        self.config_file_refused = Gauge(
+            "qos_config_file_refused",
+            "1 while a configuration or tenants file this sidecar was given is refused (it "
+            "does not read or validate); the last good configuration stays in force.",
+            ["file"],
+            registry=self.registry,
+        )
         self.config_invalid = Gauge(
             "qos_config_invalid",
             "1 while the configuration document in Redis does not validate (the sidecar "

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import secrets
 import signal
+from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -17,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
+from sidecar.config.file_watch import FileWatch
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
@@ -108,6 +110,16 @@ class SidecarServer:
         self._records_redis = self._connect()
         self.watcher = ConfigWatcher(self.redis)
         self.config_store = ConfigStore(self.redis)
+        self.files = FileWatch(
+            self.watcher,
+            self.config_store,
+            Path(settings.config_file) if settings.config_file else None,
+            Path(settings.tenants_file) if settings.tenants_file else None,
+        )
+        for path in self.files.files:
+            self.metrics.config_file_refused.labels(str(path)).set_function(
+                self.files.refusal_of(path)
+            )
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         self.watcher.on_put_back(lambda _snapshot: self.metrics.config_put_back.inc())
@@ -206,6 +218,7 @@ class SidecarServer:
         # Started in this order, stopped in the reverse one.
         self._parts: list[Part] = [
             self.watcher,
+            self.files,
             self.monitor,
             self.queue,
             self.limiter,
@@ -240,7 +253,7 @@ class SidecarServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         self._grpc.add_insecure_port(self.settings.grpc_address)
         await self._grpc.start()
-        app = admin_app(self.metrics, self._not_ready)
+        app = admin_app(self.metrics, self._not_ready, self._notes)
         add_dashboard_routes(
             app, self.view, self.history, self.admin_token, self.worker is not None
         )
@@ -265,6 +278,13 @@ class SidecarServer:
                 "decider": self.settings.decider,
             },
         )
+
+    def _notes(self) -> list[str]:
+        """What /readyz says beside "ready": files refused while the last good serves."""
+        return [
+            f"refused, the last good configuration serves: {why}"
+            for why in self.files.refused.values()
+        ]
 
     def _not_ready(self) -> str | None:
         """Why /readyz answers 503, or None when the sidecar is ready."""

@@ -19,6 +19,18 @@ class SidecarSettings:
     redis_cluster: bool = setting(
         False, "QOS_REDIS_CLUSTER", "REDIS_URL names a node of a Redis Cluster"
     )
+    config_file: str = setting(
+        "",
+        "QOS_CONFIG_FILE",
+        "a configuration file (YAML or JSON, `config export`'s schema) applied at start and "
+        "whenever it changes; the commands leave what it declares to it",
+    )
+    tenants_file: str = setting(
+        "",
+        "QOS_TENANTS_FILE",
+        "a file of tenants and their API keys (or the keys' SHA-256) applied alike, for a "
+        "mounted Secret",
+    )
     decider: str = setting(
         "admission", "QOS_DECIDER", "decision policy: admission, or admit-all (QoS off)"
     )

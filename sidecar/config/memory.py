@@ -1,6 +1,7 @@
 """Redis is never the only memory of the configuration. Every sidecar holds the last good
 snapshot it loaded: the document, the mode, the SLO controller's shares, the tenants and
-their API keys' hashes. One that finds the store lost puts that snapshot back.
+their API keys' hashes, and which of them files declare. One that finds the store lost
+puts that snapshot back.
 
 Lost: the store holds no document or no identity (Redis restarted empty, a cluster
 master's data gone), its version fell below the one held (a lagging replica promoted, an
@@ -25,6 +26,8 @@ import redis.asyncio as redis
 from sidecar.config.store import (
     API_KEYS_KEY,
     CHANGED_CHANNEL,
+    DECLARED_CONFIG_KEY,
+    DECLARED_TENANTS_KEY,
     DOC_KEY,
     GOOD_DOC_KEY,
     MODE_KEY,
@@ -79,6 +82,8 @@ async def put_back(client: redis.Redis, held: Snapshot) -> bool:
         TENANTS_KEY,
         API_KEYS_KEY,
         VERSION_KEY,
+        DECLARED_CONFIG_KEY,
+        DECLARED_TENANTS_KEY,
         *(tenant_keys_key(name) for name in names),
     ]
     shares = (
@@ -104,6 +109,8 @@ async def put_back(client: redis.Redis, held: Snapshot) -> bool:
         json.dumps(tenants),
         json.dumps(held.api_keys),
         json.dumps(names),
+        held.declared_config or "",
+        json.dumps(held.declared_tenants),
     )
     if written:
         await client.publish(CHANGED_CHANNEL, str(held.version))

@@ -1,9 +1,11 @@
 -- Put back a configuration the store lost (config/memory.py), only while it is still lost
 -- as the sidecar that holds it sees it: the first sidecar writes, the others find it back.
 -- KEYS: identity, document, last good document, mode, shares, tenants, API keys, version,
---       then the key set of each tenant, in the order ARGV[8] names them
+--       the declared document's file, the declared tenants' files, then the key set of
+--       each tenant, in the order ARGV[8] names them
 -- ARGV: held identity, held version, document, mode, shares ('' for none),
---       tenants {name: record JSON} JSON, API keys {digest: name} JSON, [names] JSON
+--       tenants {name: record JSON} JSON, API keys {digest: name} JSON, [names] JSON,
+--       the document's file ('' for none), {name: file} JSON
 -- -> 1 written, 0 not lost (any more)
 local held, held_version = ARGV[1], tonumber(ARGV[2])
 local store = redis.call('GET', KEYS[1])
@@ -22,14 +24,22 @@ if ARGV[5] == '' then
 else
   redis.call('SET', KEYS[5], ARGV[5])
 end
-redis.call('DEL', KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[6], KEYS[7], KEYS[10])
+if ARGV[9] == '' then
+  redis.call('DEL', KEYS[9])
+else
+  redis.call('SET', KEYS[9], ARGV[9])
+end
+for name, file in pairs(cjson.decode(ARGV[10])) do
+  redis.call('HSET', KEYS[10], name, file)
+end
 for name, record in pairs(cjson.decode(ARGV[6])) do
   redis.call('HSET', KEYS[6], name, record)
 end
 local key_set = {}
 for i, name in ipairs(cjson.decode(ARGV[8])) do
-  key_set[name] = KEYS[8 + i]
-  redis.call('DEL', KEYS[8 + i])
+  key_set[name] = KEYS[10 + i]
+  redis.call('DEL', KEYS[10 + i])
 end
 for digest, name in pairs(cjson.decode(ARGV[7])) do
   redis.call('HSET', KEYS[7], digest, name)

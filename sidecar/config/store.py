@@ -21,7 +21,8 @@ config/memory.py); a writer that holds none (a command) makes an empty store a n
     qos:{qos-config}:mode-changes    the operator's last switches, newest first, JSON
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:store           the store's identity: set when it is first written
-    qos:{qos-config}:reseed          the lease of the sidecar putting back a lost store
+    qos:{qos-config}:declared-config the file the document comes from, when a file does
+    qos:{qos-config}:declared-tenants hash: tenant name → the file that declares it
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
     qos:{qos-config}:tenant-keys:N   set: the key hashes of tenant N
@@ -65,7 +66,8 @@ VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
 STORE_KEY = f"{_PREFIX}:store"
-RESEED_LEASE_KEY = f"{_PREFIX}:reseed"
+DECLARED_CONFIG_KEY = f"{_PREFIX}:declared-config"
+DECLARED_TENANTS_KEY = f"{_PREFIX}:declared-tenants"
 CHANGED_CHANNEL = "qos:config:changed"
 
 
@@ -112,6 +114,9 @@ class Snapshot:
     store_id: str = ""  # the identity of the store it was read from ("": none yet)
     # The API keys' SHA-256 digests → their tenants, as the store held them.
     api_keys: dict[str, str] = field(default_factory=dict)
+    # What files declare (config/files.py): the document's file, and each tenant's.
+    declared_config: str | None = None
+    declared_tenants: dict[str, str] = field(default_factory=dict)
     pools: Pools = field(init=False, repr=False, compare=False)
     routes: RouteTable = field(init=False, repr=False, compare=False)
 
@@ -156,8 +161,13 @@ class ConfigStore:
             for key in (MODE_KEY, SHARES_KEY, GOOD_DOC_KEY, STORE_KEY):
                 pipe.get(key)
             pipe.hgetall(API_KEYS_KEY)
-            version, doc, tenants, mode, shares, good, store_id, keys = await pipe.execute()
+            pipe.get(DECLARED_CONFIG_KEY)
+            pipe.hgetall(DECLARED_TENANTS_KEY)
+            results = await pipe.execute()
+        version, doc, tenants, mode, shares, good, store_id, keys, config_file, owners = results
         store, api_keys = _text(store_id or b""), {_text(d): _text(t) for d, t in keys.items()}
+        from_file = _text(config_file) if config_file else None
+        by_file = {_text(name): _text(path) for name, path in owners.items()}
         try:
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
@@ -169,12 +179,40 @@ class ConfigStore:
         try:
             config = QosConfig.model_validate_json(doc) if doc else QosConfig()
         except ValueError as error:
-            fallback = Snapshot(0, _last_good(good), parsed, operator_mode, None, store, api_keys)
+            fallback = Snapshot(
+                0,
+                _last_good(good),
+                parsed,
+                operator_mode,
+                None,
+                store,
+                api_keys,
+                from_file,
+                by_file,
+            )
             raise ConfigInvalid(
                 f"the configuration document in Redis does not validate:\n{_problems(error)}",
                 fallback,
             ) from error
-        return Snapshot(int(version or 0), config, parsed, operator_mode, moved, store, api_keys)
+        return Snapshot(
+            int(version or 0),
+            config,
+            parsed,
+            operator_mode,
+            moved,
+            store,
+            api_keys,
+            from_file,
+            by_file,
+        )
+
+    async def declared_by(self, tenant: str | None = None) -> str | None:
+        """The file that declares the document (or `tenant`), if a file does."""
+        if tenant is None:
+            found = await self._redis.get(DECLARED_CONFIG_KEY)
+        else:
+            found = await self._redis.hget(DECLARED_TENANTS_KEY, tenant)
+        return _text(found) if found else None
 
     async def stored_document(self) -> dict[str, Any]:
         """The document as Redis holds it, valid or not ({} when it is not a JSON object),
@@ -196,7 +234,9 @@ class ConfigStore:
             await self._redis.publish(CHANGED_CHANNEL, str(int(version)))
         return _text(identity)
 
-    async def save_config(self, config: QosConfig, held: str | None = None) -> int:
+    async def save_config(
+        self, config: QosConfig, held: str | None = None, declared_by: str | None = None
+    ) -> int:
         """A new document; the controller starts again from its shares. `held`, here
         and in every change: the identity of the store the writer read (StoreLost when
         Redis no longer holds it); None: whatever store Redis holds, made new if empty."""
@@ -207,6 +247,10 @@ class ConfigStore:
             pipe.set(DOC_KEY, document)
             pipe.set(GOOD_DOC_KEY, document)
             pipe.delete(SHARES_KEY)
+            if declared_by is not None:  # a file's, which the commands leave to the file
+                pipe.set(DECLARED_CONFIG_KEY, declared_by)
+            else:
+                pipe.delete(DECLARED_CONFIG_KEY)
 
         return await self._change(change, held)
 

@@ -27,6 +27,7 @@ __all__ = [
     "flood",
     "p1_in_flight",
     "readyz",
+    "run_cli",
     "scrape",
     "settlement_counts",
     "sidecar_config_version",
@@ -103,6 +104,13 @@ def admitted_count(sidecar_admin_url: str) -> float:
 
 async def cli(redis_url: str, *args: str) -> str:
     """`qos-sidecar ARGS` as an operator runs it; its output (it must succeed)."""
+    code, output = await run_cli(redis_url, *args)
+    assert code == 0, output
+    return output
+
+
+async def run_cli(redis_url: str, *args: str) -> tuple[int, str]:
+    """`qos-sidecar ARGS` as an operator runs it: its exit code and its output."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -114,8 +122,8 @@ async def cli(redis_url: str, *args: str) -> str:
         stderr=asyncio.subprocess.STDOUT,
     )
     output, _ = await process.communicate()
-    assert process.returncode == 0, output
-    return output.decode()
+    assert process.returncode is not None
+    return process.returncode, output.decode()
 
 
 async def wait_until(check: Callable[[], bool], within: float = 10.0, what: str = "") -> None:

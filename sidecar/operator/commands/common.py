@@ -71,6 +71,26 @@ def run_with_store(
     return 0
 
 
+def add_override_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--override", action="store_true", help=f"write even where a file declares {what}"
+    )
+
+
+async def refuse_declared(
+    store: ConfigStore, args: argparse.Namespace, what: str, tenant: str | None = None
+) -> None:
+    """Refuse to change what a file declares (the file's sidecars apply it again as it
+    changes, and as they start), unless told to --override."""
+    path = await store.declared_by(tenant)
+    if path is not None and not getattr(args, "override", False):
+        raise CommandError(
+            f"{what} comes from the file {path}: change it there (every sidecar given the "
+            "file applies it within a second), or --override to write anyway (until the "
+            "file changes, or a sidecar given it starts)"
+        )
+
+
 async def configuration_in_place(client: redis.Redis) -> None:
     """Wait while the sidecars put back a configuration Redis lost (restarted empty), so a
     command neither reads an empty store nor makes it a new one under them. An empty

@@ -1,7 +1,10 @@
-"""`qos-sidecar config show|set|import|export`: the QoS configuration in Redis.
+"""`qos-sidecar config show|set|import|export|diff`: the QoS configuration in Redis.
 
 Every change is validated whole before it is written: an unknown key or a bad value is
-refused with its name, and what Redis holds stays as it was.
+refused with its name, and what Redis holds stays as it was. A document a file declares
+(`serve --config-file`) is the file's: `set` and `import` refuse it, naming the file,
+unless told to `--override` (until the file changes, or a sidecar given it starts);
+`diff FILE` shows what applying a file would change.
 """
 
 from __future__ import annotations
@@ -16,9 +19,16 @@ import yaml
 from pydantic import ValidationError
 
 from sidecar.config.base import deep_merge, describe
+from sidecar.config.files import FileRefused, read_config
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
-from sidecar.operator.commands.common import CommandError, add_redis_argument, run_with_store
+from sidecar.operator.commands.common import (
+    CommandError,
+    add_override_argument,
+    add_redis_argument,
+    refuse_declared,
+    run_with_store,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dump = actions.add_parser("export", help="print the whole configuration")
     dump.add_argument("--format", choices=("yaml", "json"), default="yaml")
     dump.set_defaults(run=lambda args: run_with_store(args, _export))
-    for sub in (show, change, load, dump):
+    diff = actions.add_parser("diff", help="what applying a YAML/JSON file would change")
+    diff.add_argument("file", type=Path)
+    diff.set_defaults(run=lambda args: run_with_store(args, _diff))
+    for sub in (change, load):
+        add_override_argument(sub, "the document")
+    for sub in (show, change, load, dump, diff):
         add_redis_argument(sub)
 
 
@@ -80,6 +95,7 @@ OPEN_MAPS = (["routes"],)
 
 
 async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
+    await refuse_declared(store, args, "the configuration")
     # The document as stored, so that setting a key it holds wrongly repairs it.
     document = deep_merge(_document(QosConfig()), await store.stored_document())
     path = args.key.split(".")
@@ -105,6 +121,7 @@ async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
 
 
 async def _import(store: ConfigStore, args: argparse.Namespace) -> None:
+    await refuse_declared(store, args, "the configuration")
     try:
         document = yaml.safe_load(args.file.read_text())  # JSON is YAML too
     except (OSError, yaml.YAMLError) as error:
@@ -120,3 +137,27 @@ async def _export(store: ConfigStore, args: argparse.Namespace) -> None:
         print()
     else:
         print(yaml.safe_dump(document, sort_keys=False), end="")
+
+
+async def _diff(store: ConfigStore, args: argparse.Namespace) -> None:
+    try:
+        wanted = _document(read_config(args.file).declared)
+    except FileRefused as error:
+        raise CommandError(str(error)) from None
+    held = _document((await _loaded(store)).config)
+    changes = [
+        f"{key}: {json.dumps(held_value)} -> {json.dumps(wanted_value)}"
+        for key, held_value, wanted_value in _differences(held, wanted)
+    ]
+    print("\n".join(changes) if changes else f"{args.file} is what Redis holds")
+
+
+def _differences(held: Any, wanted: Any, at: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted keys whose values differ, with both values (None where one is missing)."""
+    if isinstance(held, dict) and isinstance(wanted, dict):
+        found: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(held) | set(wanted)):
+            path = f"{at}.{key}" if at else key
+            found += _differences(held.get(key), wanted.get(key), path)
+        return found
+    return [] if held == wanted else [(at, held, wanted)]

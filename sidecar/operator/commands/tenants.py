@@ -12,7 +12,13 @@ from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
 from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.loops.fairness.usage import read_tier_fairness
-from sidecar.operator.commands.common import CommandError, add_redis_argument, run_with_store
+from sidecar.operator.commands.common import (
+    CommandError,
+    add_override_argument,
+    add_redis_argument,
+    refuse_declared,
+    run_with_store,
+)
 
 KEY_PREFIX = "qsk-"
 
@@ -73,6 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     top.add_argument("--count", type=int, default=10, help="tenants shown per tier")
     top.set_defaults(run=lambda args: run_with_store(args, _top))
+    for sub in (add, remove):
+        add_override_argument(sub, "the tenant")
     for sub in (add, listing, remove, top):
         add_redis_argument(sub)
 
@@ -86,6 +94,7 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
         check_name(args.name)
     except TenantInvalid as error:
         raise CommandError(str(error)) from None
+    await refuse_declared(store, args, f"tenant {args.name}", args.name)
     existing = (await store.load()).tenants.get(args.name)
     if existing is not None and not args.update:
         raise CommandError(
@@ -170,6 +179,7 @@ async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
 
 
 async def _remove(store: ConfigStore, args: argparse.Namespace) -> None:
+    await refuse_declared(store, args, f"tenant {args.name}", args.name)
     if not await store.remove_tenant(args.name):
         raise CommandError(f"no tenant named {args.name!r}")
 

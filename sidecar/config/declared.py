@@ -1,0 +1,84 @@
+"""What files declare, written into the store by the sidecars that read them: the document
+and the tenants with their keys, each only while what the store holds differs from the
+file (every sidecar reads the same mounted files: the first writes, the others find it
+written), and only into the store the sidecar read (StoreLost otherwise)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from importlib import resources
+
+import redis.asyncio as redis
+
+from sidecar.config.files import DeclaredTenant
+from sidecar.config.schema import QosConfig
+from sidecar.config.store import (
+    API_KEYS_KEY,
+    CHANGED_CHANNEL,
+    DECLARED_TENANTS_KEY,
+    STORE_KEY,
+    TENANTS_KEY,
+    VERSION_KEY,
+    ConfigStore,
+    Snapshot,
+    StoreLost,
+    tenant_keys_key,
+)
+
+DECLARE = resources.files("sidecar.config").joinpath("declare_tenants.lua").read_text()
+
+
+async def write_config(store: ConfigStore, held: Snapshot, config: QosConfig, path: str) -> bool:
+    """The document `path` declares, unless the store holds it; True when written."""
+    if held.config == config and held.declared_config == path:
+        return False
+    await store.save_config(config, held.store_id, declared_by=path)
+    return True
+
+
+async def write_tenants(
+    client: redis.Redis, held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str
+) -> bool:
+    """The tenants `path` declares, unless the store holds them so; True when written."""
+    if in_force(held, declared, path):
+        return False
+    tenants = {
+        name: {"record": tenant.record().model_dump_json(), "digests": sorted(tenant.digests())}
+        for name, tenant in declared.items()
+    }
+    result = await client.eval(
+        DECLARE,
+        5,
+        STORE_KEY,
+        TENANTS_KEY,
+        API_KEYS_KEY,
+        VERSION_KEY,
+        DECLARED_TENANTS_KEY,
+        held.store_id,
+        path,
+        tenant_keys_key(""),
+        json.dumps(tenants),
+    )
+    outcome = result[0].decode() if isinstance(result[0], bytes) else result[0]
+    if outcome == "lost":
+        raise StoreLost(f"Redis no longer holds the store {held.store_id}")
+    await client.publish(CHANGED_CHANNEL, str(int(result[1])))
+    return True
+
+
+def in_force(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> bool:
+    """Whether the store holds the tenants `path` declares, as it declares them."""
+    keys_of: dict[str, set[str]] = defaultdict(set)
+    for digest, name in held.api_keys.items():
+        keys_of[name].add(digest)
+    for name, tenant in declared.items():
+        if (
+            held.tenants.get(name) != tenant.record()
+            or keys_of[name] != tenant.digests()
+            or held.declared_tenants.get(name) != path
+        ):
+            return False
+    gone = [name for name, owner in held.declared_tenants.items() if owner == path]
+    return all(name in declared for name in gone)

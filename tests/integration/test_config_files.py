@@ -1,0 +1,127 @@
+"""Configuration as files: two sidecars given the same files apply them within two
+seconds of a change, refuse a broken one whole while the last good serves, and the
+commands leave what a file declares to it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+import redis
+import yaml
+
+from sidecar.config.store import ConfigStore, hash_api_key
+from sidecar.request.extproc.client import ExtProcClient
+from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
+from tests.integration.helpers import readyz, run_cli, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+def write(path, document) -> None:
+    # As a mounted ConfigMap changes: a new file put in place at once.
+    draft = path.with_suffix(".new")
+    draft.write_text(yaml.safe_dump(document))
+    draft.replace(path)
+
+
+async def in_force(store: ConfigStore, sidecars, check) -> float:
+    """Seconds until what Redis holds passes `check` and every sidecar runs its version."""
+    started = time.monotonic()
+    while True:
+        snapshot = await store.load()
+        versions = [sidecar_config_version(s.admin_url) for s in sidecars]
+        if check(snapshot) and versions == [snapshot.version] * len(sidecars):
+            return time.monotonic() - started
+        assert time.monotonic() - started < 10, (snapshot.version, versions)
+        await asyncio.sleep(0.02)
+
+
+async def tier_of(address: str, key: str) -> str:
+    async with grpc.aio.insecure_channel(address) as channel:
+        answer = await ExtProcClient(channel).decide(BODY, api_key=key)
+    if answer.WhichOneof("response") == "request_body":
+        mutation = answer.request_body.response.header_mutation
+    else:  # answered here: P2 is shed while no pod reports its load
+        mutation = answer.immediate_response.headers
+    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}["x-qos-tier"]
+
+
+@pytest.mark.timeout(90)
+async def test_a_configuration_file_is_in_force_on_every_sidecar_within_two_seconds(
+    sidecars, aredis, redis_url, tmp_path
+):
+    path = tmp_path / "qos.yaml"
+    write(path, {"fleet": {"max_concurrency": 7}})
+    started = [sidecars("--config-file", str(path)), sidecars("--config-file", str(path))]
+    store = ConfigStore(aredis)
+    await in_force(store, started, lambda s: s.config.fleet.max_concurrency == 7)
+    assert (await store.load()).declared_config == str(path)
+
+    write(path, {"fleet": {"max_concurrency": 9}, "tiers": {"p2": {"share": 0.04}}})
+    took = await in_force(store, started, lambda s: s.config.fleet.max_concurrency == 9)
+    assert took < 2, took
+    print(f"in force on both sidecars {took:.2f} s after the file changed")
+
+    write(path, {"tiers": {"p2": {"share": 5}}})  # refused whole, the key named
+    for sidecar in started:
+        await wait_until(
+            lambda s=sidecar: (
+                scrape(f"{s.admin_url}/metrics")[f'qos_config_file_refused{{file="{path}"}}'] == 1
+            ),
+            within=3,
+            what="the file refused",
+        )
+        status, body = readyz(sidecar.admin_url)
+        assert status == 200 and "tiers.p2.share" in body and str(path) in body
+    held = await store.load()
+    assert held.config.fleet.max_concurrency == 9 and held.config.tiers.p2.share == 0.04
+
+    # The commands leave the file's document to it, and say what the file would change.
+    code, said = await run_cli(redis_url, "config", "set", "fleet.max_concurrency", "3")
+    assert code == 2 and str(path) in said
+    other = tmp_path / "other.yaml"
+    write(other, {"fleet": {"max_concurrency": 11}, "tiers": {"p2": {"share": 0.04}}})
+    code, said = await run_cli(redis_url, "config", "diff", str(other))
+    assert code == 0 and said.strip() == "fleet.max_concurrency: 9 -> 11"
+
+    write(path, {"fleet": {"max_concurrency": 9}, "tiers": {"p2": {"share": 0.04}}})
+    for sidecar in started:
+        await wait_until(lambda s=sidecar: readyz(s.admin_url) == (200, "ready\n"), within=3)
+
+
+@pytest.mark.timeout(90)
+async def test_a_tenants_file_keeps_only_key_hashes_and_is_the_tenants_own(
+    sidecars, aredis, redis_url, tmp_path
+):
+    path = tmp_path / "tenants.yaml"
+    hashed = "sha256:" + hash_api_key("k-care")
+    write(
+        path,
+        {
+            "tenants": {
+                "pay": {"tier": "p0", "api_keys": ["k-pay"]},
+                "care": {"tier": "p1", "api_keys": [hashed], "weight": 2},
+            }
+        },
+    )
+    sidecar = sidecars("--tenants-file", str(path))
+    store = ConfigStore(aredis)
+    await in_force(store, [sidecar], lambda s: set(s.tenants) == {"pay", "care"})
+    assert await tier_of(sidecar.grpc_address, "k-pay") == "p0"
+    assert await tier_of(sidecar.grpc_address, "k-care") == "p1"
+    plain = redis.Redis.from_url(redis_url)
+    assert not any(b"k-pay" in plain.dump(key) for key in plain.scan_iter())  # hashes only
+    plain.close()
+    code, said = await run_cli(redis_url, "tenants", "add", "pay", "--tier", "p2", "--update")
+    assert code == 2 and str(path) in said
+
+    write(path, {"tenants": {"pay": {"tier": "p0", "api_keys": ["k-pay-2"]}}})
+    await in_force(store, [sidecar], lambda s: set(s.tenants) == {"pay"})
+    assert await tier_of(sidecar.grpc_address, "k-pay-2") == "p0"
+    assert await tier_of(sidecar.grpc_address, "k-pay") == "p2"  # revoked: anonymous
+    assert await tier_of(sidecar.grpc_address, "k-care") == "p2"  # its tenant removed
