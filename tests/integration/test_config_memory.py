@@ -127,10 +127,11 @@ async def test_a_command_waits_for_the_sidecars_to_put_back_what_redis_lost(ared
     assert (await store.load()).mode.mode is Mode.CORE_ONLY  # read what was set, not empty
 
 
-async def test_a_command_on_an_empty_redis_with_no_sidecar_makes_it_a_new_store(aredis):
+async def test_a_command_on_an_empty_redis_with_no_sidecar_makes_it_a_new_store(aredis, capsys):
     started = time.monotonic()
     await configuration_in_place(aredis)
     assert time.monotonic() - started < 3
+    assert capsys.readouterr().err == ""  # nobody to wait for: nothing said
     await ConfigStore(aredis).put_tenant("first", Tenant(tier=Tier.P1))
     state = await read_state(aredis)
     assert state.identity and state.has_document and state.version == 2

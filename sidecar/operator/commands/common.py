@@ -99,14 +99,15 @@ async def configuration_in_place(client: redis.Redis) -> None:
     told = False
     while not _in_place(await memory.read_state(client)):
         waited = time.monotonic() - started
-        if waited > SIDECARS_SEEN_WITHIN_SECONDS and not await client.exists(PEERS_KEY):
+        sidecars_about = bool(await client.exists(PEERS_KEY))
+        if waited > SIDECARS_SEEN_WITHIN_SECONDS and not sidecars_about:
             return
         if waited > PUT_BACK_WAIT_SECONDS:
             raise CommandError(
                 f"Redis holds no configuration, and no sidecar put one back within "
                 f"{PUT_BACK_WAIT_SECONDS:.0f} s; look at the sidecars' logs"
             )
-        if not told:
+        if sidecars_about and not told:
             print(
                 "Redis holds no configuration: waiting for the sidecars to put theirs back",
                 file=sys.stderr,
