@@ -39,6 +39,10 @@ COMMANDS = {
         "sidecar.operator.commands.mode",
         "get or switch the operator mode: normal, core-only, shadow",
     ),
+    "audit": (
+        "sidecar.operator.commands.audit",
+        "list the changes made: who, how, when and what changed",
+    ),
     "bench": (
         "sidecar.tooling.benchmarks.command",
         "run a benchmark scenario (promo: the flash sale)",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import signal
+import socket
 from pathlib import Path
 from typing import Protocol
 
@@ -18,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect
 from sidecar.admin import admin_app
+from sidecar.config.audit import Actor
 from sidecar.config.file_watch import FileWatch
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
@@ -108,7 +111,9 @@ class SidecarServer:
         # a cluster: on a client of their own, whose reconnections to a master that went
         # away never hold up the decisions' budget calls on this one.
         self._records_redis = self._connect()
-        self.watcher = ConfigWatcher(self.redis)
+        # A put back is recorded as this sidecar's: its host (a pod's name) and process.
+        putter = Actor(f"sidecar {socket.gethostname()} pid {os.getpid()}", "sidecar")
+        self.watcher = ConfigWatcher(self.redis, actor=putter)
         self.config_store = ConfigStore(self.redis)
         self.files = FileWatch(
             self.watcher,

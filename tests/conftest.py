@@ -106,8 +106,9 @@ def sidecars(tmp_path, redis_url):
     """A factory: `qos-sidecar serve` on free ports with the test's Redis and these flags."""
     started: list[RunningSidecar] = []
 
-    def start(*flags: str) -> RunningSidecar:
-        sidecar = start_sidecar(tmp_path, redis_url, *flags, name=f"sidecar-{len(started)}")
+    def start(*flags: str, env: dict[str, str] | None = None) -> RunningSidecar:
+        name = f"sidecar-{len(started)}"
+        sidecar = start_sidecar(tmp_path, redis_url, *flags, name=name, env=env)
         started.append(sidecar)
         return sidecar
 

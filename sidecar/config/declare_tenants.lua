@@ -3,9 +3,9 @@
 -- and the file no longer names is revoked); the tenants the same file declared before and
 -- no longer does, removed with their keys; the others left as they are.
 -- KEYS: the store's identity, tenants hash, api-keys hash, version, the declared tenants
---       (hash: name -> the file that declares it)
+--       (hash: name -> the file that declares it), the record of changes
 -- ARGV: the identity of the store written to, the file's path, the key sets' prefix,
---       {name: {"record": JSON, "digests": [hex]}} JSON
+--       {name: {"record": JSON, "digests": [hex]}} JSON, the change's record, records kept
 -- -> {'ok', version} | {'lost'} (Redis no longer holds that store)
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'lost'}
@@ -49,4 +49,6 @@ for name, tenant in pairs(declared) do
   revoke(name, keep)
   redis.call('HSET', KEYS[5], name, path)
 end
+redis.call('LPUSH', KEYS[6], ARGV[5])
+redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[6]) - 1)
 return {'ok', redis.call('INCR', KEYS[4])}

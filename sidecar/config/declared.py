@@ -12,10 +12,13 @@ from importlib import resources
 
 import redis.asyncio as redis
 
+from sidecar.config.audit import FILE, Actor, AuditEntry, Changed, differences
 from sidecar.config.files import DeclaredTenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import (
     API_KEYS_KEY,
+    AUDIT_KEPT,
+    AUDIT_KEY,
     CHANGED_CHANNEL,
     DECLARED_TENANTS_KEY,
     STORE_KEY,
@@ -27,6 +30,7 @@ from sidecar.config.store import (
     tenant_keys_key,
 )
 
+FILE_ACTOR = Actor(FILE, FILE)
 DECLARE = resources.files("sidecar.config").joinpath("declare_tenants.lua").read_text()
 
 
@@ -34,7 +38,7 @@ async def write_config(store: ConfigStore, held: Snapshot, config: QosConfig, pa
     """The document `path` declares, unless the store holds it; True when written."""
     if held.config == config and held.declared_config == path:
         return False
-    await store.save_config(config, held.store_id, declared_by=path)
+    await store.save_config(config, held.store_id, declared_by=path, actor=FILE_ACTOR)
     return True
 
 
@@ -50,16 +54,19 @@ async def write_tenants(
     }
     result = await client.eval(
         DECLARE,
-        5,
+        6,
         STORE_KEY,
         TENANTS_KEY,
         API_KEYS_KEY,
         VERSION_KEY,
         DECLARED_TENANTS_KEY,
+        AUDIT_KEY,
         held.store_id,
         path,
         tenant_keys_key(""),
         json.dumps(tenants),
+        tenants_entry(held, declared, path).to_json(),
+        AUDIT_KEPT,
     )
     outcome = result[0].decode() if isinstance(result[0], bytes) else result[0]
     if outcome == "lost":
@@ -68,11 +75,28 @@ async def write_tenants(
     return True
 
 
+def tenants_entry(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> AuditEntry:
+    """The record of applying `path`'s tenants over what the store held: per tenant, its
+    fields and its number of keys, old → new (never a key)."""
+    keys_of = _keys_of(held)
+    gone = {name for name, owner in held.declared_tenants.items() if owner == path}
+    changed: tuple[Changed, ...] = ()
+    for name in sorted(set(declared) | gone):
+        tenant = declared.get(name)
+        old = held.tenants.get(name)
+        before = {**old.model_dump(mode="json"), "keys": len(keys_of[name])} if old else {}
+        after = (
+            {**tenant.record().model_dump(mode="json"), "keys": len(tenant.digests())}
+            if tenant
+            else {}
+        )
+        changed += differences({name: before}, {name: after})
+    return FILE_ACTOR.entry("tenants", f"tenants from {path}", changed)
+
+
 def in_force(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> bool:
     """Whether the store holds the tenants `path` declares, as it declares them."""
-    keys_of: dict[str, set[str]] = defaultdict(set)
-    for digest, name in held.api_keys.items():
-        keys_of[name].add(digest)
+    keys_of = _keys_of(held)
     for name, tenant in declared.items():
         if (
             held.tenants.get(name) != tenant.record()
@@ -82,3 +106,10 @@ def in_force(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) 
             return False
     gone = [name for name, owner in held.declared_tenants.items() if owner == path]
     return all(name in declared for name in gone)
+
+
+def _keys_of(held: Snapshot) -> dict[str, set[str]]:
+    keys_of: dict[str, set[str]] = defaultdict(set)
+    for digest, name in held.api_keys.items():
+        keys_of[name].add(digest)
+    return keys_of

@@ -12,7 +12,8 @@ older identity than the one held is the one the rest of the fleet kept: it is lo
 The snapshot goes back in one script that writes only while the store is still lost as
 its holder sees it: the first sidecar to try writes it, the others find it back and do
 nothing (a sidecar that held a later version finds the store behind it and puts its own
-back). Budgets restart full; the history of switches and adjustments is not put back.
+back), with the record of changes (config/audit.py) and the controller's moves, and a
+record of its own saying so. Budgets restart full.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from importlib import resources
 
 import redis.asyncio as redis
 
+from sidecar.config.audit import PROGRAM, Actor, AuditEntry, Changed
 from sidecar.config.store import (
+    ADJUSTMENTS_KEY,
     API_KEYS_KEY,
+    AUDIT_KEPT,
+    AUDIT_KEY,
     CHANGED_CHANNEL,
     DECLARED_CONFIG_KEY,
     DECLARED_TENANTS_KEY,
@@ -59,6 +64,18 @@ async def read_state(client: redis.Redis) -> StoreState:
     return StoreState(int(version or 0), text or "", bool(document))
 
 
+def put_back_entry(held: Snapshot, found: StoreState | None, actor: Actor) -> AuditEntry:
+    changed = (
+        (
+            Changed("store", found.identity or None, held.store_id),
+            Changed("version", str(found.version), str(held.version)),
+        )
+        if found
+        else ()
+    )
+    return actor.entry("put-back", "configuration put back", changed)
+
+
 def lost(held: Snapshot, state: StoreState) -> bool:
     """Whether the store lost what `held` was loaded from (put_back.lua decides alike)."""
     if held.version == 0 or not held.store_id:
@@ -70,8 +87,11 @@ def lost(held: Snapshot, state: StoreState) -> bool:
     return state.identity > held.store_id
 
 
-async def put_back(client: redis.Redis, held: Snapshot) -> bool:
-    """Write `held` back if the store is still lost; True when this call wrote it."""
+async def put_back(
+    client: redis.Redis, held: Snapshot, found: StoreState | None = None, actor: Actor = PROGRAM
+) -> bool:
+    """Write `held` back if the store is still lost; True when this call wrote it. The
+    record of it says what the store was `found` to hold, and by whom."""
     names = sorted(held.tenants)
     keys = [
         STORE_KEY,
@@ -84,6 +104,8 @@ async def put_back(client: redis.Redis, held: Snapshot) -> bool:
         VERSION_KEY,
         DECLARED_CONFIG_KEY,
         DECLARED_TENANTS_KEY,
+        AUDIT_KEY,
+        ADJUSTMENTS_KEY,
         *(tenant_keys_key(name) for name in names),
     ]
     shares = (
@@ -111,6 +133,10 @@ async def put_back(client: redis.Redis, held: Snapshot) -> bool:
         json.dumps(names),
         held.declared_config or "",
         json.dumps(held.declared_tenants),
+        json.dumps(list(held.audit)),
+        json.dumps(list(held.moves)),
+        put_back_entry(held, found, actor).to_json(),
+        AUDIT_KEPT,
     )
     if written:
         await client.publish(CHANGED_CHANNEL, str(held.version))

@@ -1,11 +1,13 @@
 -- Put back a configuration the store lost (config/memory.py), only while it is still lost
 -- as the sidecar that holds it sees it: the first sidecar writes, the others find it back.
 -- KEYS: identity, document, last good document, mode, shares, tenants, API keys, version,
---       the declared document's file, the declared tenants' files, then the key set of
---       each tenant, in the order ARGV[8] names them
+--       the declared document's file, the declared tenants' files, the record of
+--       changes, the controller's moves, then the key set of each tenant, in the order
+--       ARGV[8] names them
 -- ARGV: held identity, held version, document, mode, shares ('' for none),
 --       tenants {name: record JSON} JSON, API keys {digest: name} JSON, [names] JSON,
---       the document's file ('' for none), {name: file} JSON
+--       the document's file ('' for none), {name: file} JSON, [record] JSON and
+--       [move] JSON (newest first), the put back's own record, records kept
 -- -> 1 written, 0 not lost (any more)
 local held, held_version = ARGV[1], tonumber(ARGV[2])
 local store = redis.call('GET', KEYS[1])
@@ -38,8 +40,8 @@ for name, record in pairs(cjson.decode(ARGV[6])) do
 end
 local key_set = {}
 for i, name in ipairs(cjson.decode(ARGV[8])) do
-  key_set[name] = KEYS[10 + i]
-  redis.call('DEL', KEYS[10 + i])
+  key_set[name] = KEYS[12 + i]
+  redis.call('DEL', KEYS[12 + i])
 end
 for digest, name in pairs(cjson.decode(ARGV[7])) do
   redis.call('HSET', KEYS[7], digest, name)
@@ -47,5 +49,14 @@ for digest, name in pairs(cjson.decode(ARGV[7])) do
     redis.call('SADD', key_set[name], digest)
   end
 end
+redis.call('DEL', KEYS[11], KEYS[12])
+for _, entry in ipairs(cjson.decode(ARGV[11])) do
+  redis.call('RPUSH', KEYS[11], entry)
+end
+for _, move in ipairs(cjson.decode(ARGV[12])) do
+  redis.call('RPUSH', KEYS[12], move)
+end
+redis.call('LPUSH', KEYS[11], ARGV[13])
+redis.call('LTRIM', KEYS[11], 0, tonumber(ARGV[14]) - 1)
 redis.call('SET', KEYS[8], held_version)
 return 1

@@ -18,7 +18,8 @@ config/memory.py); a writer that holds none (a command) makes an empty store a n
     qos:{qos-config}:shares          tier shares set by the SLO controller per pool, JSON
                                      {pool: {tier: share}} (none: the document's own)
     qos:{qos-config}:adjustments     the controller's last adjustments, newest first, JSON
-    qos:{qos-config}:mode-changes    the operator's last switches, newest first, JSON
+    qos:{qos-config}:audit           the last changes made by anyone else, newest first,
+                                     JSON (config/audit.py), each written with its change
     qos:{qos-config}:version         incremented on every change
     qos:{qos-config}:store           the store's identity: set when it is first written
     qos:{qos-config}:declared-config the file the document comes from, when a file does
@@ -35,6 +36,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -43,12 +45,12 @@ import redis.asyncio as redis
 from pydantic import ValidationError
 
 from sidecar.config import tenants
+from sidecar.config.audit import PROGRAM, Actor, AuditEntry, controller_entry, differences
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import OperatorMode, Tenant
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
-from sidecar.config.switches import ModeChange
 from sidecar.config.tenants import StoreLost
 from sidecar.routes.table import RouteTable
 from sidecar.routes.table import build as build_routes
@@ -60,8 +62,8 @@ MODE_KEY = f"{_PREFIX}:mode"
 SHARES_KEY = f"{_PREFIX}:shares"
 ADJUSTMENTS_KEY = f"{_PREFIX}:adjustments"
 ADJUSTMENTS_KEPT = 100
-MODE_CHANGES_KEY = f"{_PREFIX}:mode-changes"
-MODE_CHANGES_KEPT = 100
+AUDIT_KEY = f"{_PREFIX}:audit"
+AUDIT_KEPT = 200
 VERSION_KEY = f"{_PREFIX}:version"
 TENANTS_KEY = f"{_PREFIX}:tenants"
 API_KEYS_KEY = f"{_PREFIX}:apikeys"
@@ -117,6 +119,10 @@ class Snapshot:
     # What files declare (config/files.py): the document's file, and each tenant's.
     declared_config: str | None = None
     declared_tenants: dict[str, str] = field(default_factory=dict)
+    # The record of changes (config/audit.py) and the controller's moves, newest first,
+    # as stored: put back with the rest, read when someone asks.
+    audit: tuple[str, ...] = field(default=(), compare=False)
+    moves: tuple[str, ...] = field(default=(), compare=False)
     pools: Pools = field(init=False, repr=False, compare=False)
     routes: RouteTable = field(init=False, repr=False, compare=False)
 
@@ -163,11 +169,13 @@ class ConfigStore:
             pipe.hgetall(API_KEYS_KEY)
             pipe.get(DECLARED_CONFIG_KEY)
             pipe.hgetall(DECLARED_TENANTS_KEY)
+            pipe.lrange(AUDIT_KEY, 0, AUDIT_KEPT - 1)
+            pipe.lrange(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
             results = await pipe.execute()
-        version, doc, tenants, mode, shares, good, store_id, keys, config_file, owners = results
-        store, api_keys = _text(store_id or b""), {_text(d): _text(t) for d, t in keys.items()}
-        from_file = _text(config_file) if config_file else None
-        by_file = {_text(name): _text(path) for name, path in owners.items()}
+        version, doc, tenants, mode, shares, good, store_id, keys, config_file, owners = results[
+            :10
+        ]
+        audit, moves = results[10:]
         try:
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
@@ -176,35 +184,30 @@ class ConfigStore:
             moved = _pool_shares(json.loads(shares)) if shares else None
         except (ValueError, KeyError) as error:
             raise ConfigInvalid(f"the tenants or mode in Redis are invalid: {error}") from error
+
+        def snapshot(version: int, config: QosConfig, moved: Any) -> Snapshot:
+            return Snapshot(
+                version,
+                config,
+                parsed,
+                operator_mode,
+                moved,
+                store_id=_text(store_id or b""),
+                api_keys={_text(d): _text(t) for d, t in keys.items()},
+                declared_config=_text(config_file) if config_file else None,
+                declared_tenants={_text(name): _text(path) for name, path in owners.items()},
+                audit=tuple(_text(entry) for entry in audit),
+                moves=tuple(_text(move) for move in moves),
+            )
+
         try:
             config = QosConfig.model_validate_json(doc) if doc else QosConfig()
         except ValueError as error:
-            fallback = Snapshot(
-                0,
-                _last_good(good),
-                parsed,
-                operator_mode,
-                None,
-                store,
-                api_keys,
-                from_file,
-                by_file,
-            )
             raise ConfigInvalid(
                 f"the configuration document in Redis does not validate:\n{_problems(error)}",
-                fallback,
+                snapshot(0, _last_good(good), None),
             ) from error
-        return Snapshot(
-            int(version or 0),
-            config,
-            parsed,
-            operator_mode,
-            moved,
-            store,
-            api_keys,
-            from_file,
-            by_file,
-        )
+        return snapshot(int(version or 0), config, moved)
 
     async def declared_by(self, tenant: str | None = None) -> str | None:
         """The file that declares the document (or `tenant`), if a file does."""
@@ -235,24 +238,36 @@ class ConfigStore:
         return _text(identity)
 
     async def save_config(
-        self, config: QosConfig, held: str | None = None, declared_by: str | None = None
+        self,
+        config: QosConfig,
+        held: str | None = None,
+        declared_by: str | None = None,
+        *,
+        actor: Actor = PROGRAM,
     ) -> int:
         """A new document; the controller starts again from its shares. `held`, here
         and in every change: the identity of the store the writer read (StoreLost when
-        Redis no longer holds it); None: whatever store Redis holds, made new if empty."""
+        Redis no longer holds it); None: whatever store Redis holds, made new if empty.
+        `actor`, in every change: who makes it, for the record (config/audit.py)."""
 
         document = config.model_dump_json()
+        what = f"configuration from {declared_by}" if declared_by else "configuration set"
 
-        def change(pipe: Any) -> None:
-            pipe.set(DOC_KEY, document)
-            pipe.set(GOOD_DOC_KEY, document)
-            pipe.delete(SHARES_KEY)
-            if declared_by is not None:  # a file's, which the commands leave to the file
-                pipe.set(DECLARED_CONFIG_KEY, declared_by)
-            else:
-                pipe.delete(DECLARED_CONFIG_KEY)
+        def change(olds: list[Any]) -> Write:
+            def write(pipe: Any) -> None:
+                pipe.set(DOC_KEY, document)
+                pipe.set(GOOD_DOC_KEY, document)
+                pipe.delete(SHARES_KEY)
+                if declared_by is not None:  # a file's, which the commands leave to the file
+                    pipe.set(DECLARED_CONFIG_KEY, declared_by)
+                else:
+                    pipe.delete(DECLARED_CONFIG_KEY)
 
-        return await self._change(change, held)
+            before = _document_or_defaults(olds[0])
+            changed = differences(before, json.loads(document))
+            return write, actor.entry("config", what, changed)
+
+        return await self._change(change, held, watch=(DOC_KEY,))
 
     async def save_shares(
         self,
@@ -260,52 +275,80 @@ class ConfigStore:
         reason: str,
         pool: str = DEFAULT_POOL,
         held: str | None = None,
+        before: dict[Tier, float] | None = None,
     ) -> int:
-        """The SLO controller's new shares for one pool, and a line of history saying why.
-        Stored as {pool: {tier: share}}; the other pools' shares are kept."""
-        document = {tier.value: round(share, 6) for tier, share in shares.items()}
-        entry = json.dumps({"at": time.time(), "reason": reason, "shares": document, "pool": pool})
-        current = await self._redis.get(SHARES_KEY)
-        every_pool = {
-            name: {tier.value: value for tier, value in moved.items()}
-            for name, moved in (_pool_shares(json.loads(current)) if current else {}).items()
-        }
-        every_pool[pool] = document
+        """The SLO controller's new shares for one pool, and a line of history saying why
+        (with the shares `before` it, when given). Stored as {pool: {tier: share}}; the
+        other pools' shares are kept."""
+        document = _rounded(shares)
+        line: dict[str, Any] = {"at": time.time(), "reason": reason, "shares": document}
+        line |= {"pool": pool} | ({"before": _rounded(before)} if before else {})
+        entry = json.dumps(line)
 
-        def change(pipe: Any) -> None:
-            pipe.set(SHARES_KEY, json.dumps(every_pool))
-            pipe.lpush(ADJUSTMENTS_KEY, entry)
-            pipe.ltrim(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
+        def change(olds: list[Any]) -> Write:
+            every_pool = {
+                name: {tier.value: value for tier, value in moved.items()}
+                for name, moved in (_pool_shares(json.loads(olds[0])) if olds[0] else {}).items()
+            }
+            every_pool[pool] = document
 
-        return await self._change(change, held)
+            def write(pipe: Any) -> None:
+                pipe.set(SHARES_KEY, json.dumps(every_pool))
+                pipe.lpush(ADJUSTMENTS_KEY, entry)
+                pipe.ltrim(ADJUSTMENTS_KEY, 0, ADJUSTMENTS_KEPT - 1)
+
+            return write, None  # the controller's own record, above
+
+        return await self._change(change, held, watch=(SHARES_KEY,))
 
     async def adjustments(self, count: int = 20) -> list[dict[str, Any]]:
         """The controller's latest adjustments, newest first."""
         return [json.loads(x) for x in await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)]
 
     async def save_mode(
-        self, mode: OperatorMode, change: ModeChange, held: str | None = None
+        self,
+        mode: OperatorMode,
+        held: str | None = None,
+        *,
+        what: str | None = None,
+        actor: Actor = PROGRAM,
     ) -> int:
-        """The new mode, and the record of who switched it, in one transaction."""
+        """The new mode, and the record of who switched it, in one transaction. `what`:
+        the switch as the operator made it ("mode core-only", "shed p2")."""
+        stored = mode.model_dump_json()
 
-        def apply(pipe: Any) -> None:
-            pipe.set(MODE_KEY, mode.model_dump_json())
-            pipe.lpush(MODE_CHANGES_KEY, change.to_json())
-            pipe.ltrim(MODE_CHANGES_KEY, 0, MODE_CHANGES_KEPT - 1)
+        def change(olds: list[Any]) -> Write:
+            before = json.loads(olds[0]) if olds[0] else OperatorMode().model_dump(mode="json")
+            changed = differences(before, json.loads(stored))
+            entry = actor.entry("mode", what or f"mode {mode.mode.value}", changed)
+            return (lambda pipe: pipe.set(MODE_KEY, stored)), entry
 
-        return await self._change(apply, held)
+        return await self._change(change, held, watch=(MODE_KEY,))
 
-    async def mode_changes(self, count: int = 20) -> list[ModeChange]:
-        """The operator's latest switches, newest first."""
-        stored = await self._redis.lrange(MODE_CHANGES_KEY, 0, count - 1)
-        return [change for text in stored if (change := ModeChange.from_json(text))]
+    async def audit(self, count: int = 20, controller: bool = False) -> list[AuditEntry]:
+        """The latest changes, newest first: the controller's moves among them only when
+        asked (a busy controller would crowd the rest out)."""
+        stored = await self._redis.lrange(AUDIT_KEY, 0, count - 1)
+        found = [entry for text in stored if (entry := AuditEntry.from_json(text))]
+        if controller:
+            moves = await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)
+            found += [entry for text in moves if (entry := controller_entry(json.loads(text)))]
+            found.sort(key=lambda entry: entry.at, reverse=True)
+        return found[:count]
 
     async def put_tenant(
-        self, name: str, tenant: Tenant, api_key: str | None = None, *, move_key: bool = False
+        self,
+        name: str,
+        tenant: Tenant,
+        api_key: str | None = None,
+        *,
+        move_key: bool = False,
+        actor: Actor = PROGRAM,
     ) -> int:
         """Add or change a tenant, with a key for it (raises KeyHeld when another tenant
         holds the key, unless `move_key`, and TenantInvalid for a bad name or key)."""
-        return (await self.put_tenant_reporting(name, tenant, api_key, move_key=move_key)).version
+        put = await self.put_tenant_reporting(name, tenant, api_key, move_key=move_key, actor=actor)
+        return put.version
 
     async def put_tenant_reporting(
         self,
@@ -315,6 +358,7 @@ class ConfigStore:
         *,
         move_key: bool = False,
         held: str | None = None,
+        actor: Actor = PROGRAM,
     ) -> tenants.Put:
         tenants.check_name(name)
         if api_key is not None:
@@ -327,17 +371,32 @@ class ConfigStore:
             found = await self.tenant_hash(digest) if digest else None
             holder = _text(found) if found is not None else None
             holder_keys = tenant_keys_key(holder or name)
+            before = await self._redis.hget(TENANTS_KEY, name)
+            entry = tenants.put_entry(actor, name, before, record, digest, holder)
             done = await tenants.put(
-                self._redis, own, holder_keys, name, record, digest, holder, move_key, store
+                self._redis,
+                tenants.Keys(own, AUDIT_KEY, AUDIT_KEPT),
+                holder_keys,
+                tenants.Attempt(name, record, digest, holder, move_key, store, before, entry),
             )
             if done is not None:
                 await self._redis.publish(CHANGED_CHANNEL, str(done.version))
                 return done
 
-    async def remove_tenant(self, name: str, held: str | None = None) -> bool:
+    async def remove_tenant(
+        self, name: str, held: str | None = None, *, actor: Actor = PROGRAM
+    ) -> bool:
         keys = (TENANTS_KEY, API_KEYS_KEY, tenant_keys_key(name), VERSION_KEY, STORE_KEY)
         store = held if held is not None else await self.initialize()
-        existed, version = await tenants.remove(self._redis, keys, name, store)
+        while True:
+            before = await self._redis.hget(TENANTS_KEY, name)
+            entry = tenants.remove_entry(actor, name, before)
+            done = await tenants.remove(
+                self._redis, tenants.Keys(keys, AUDIT_KEY, AUDIT_KEPT), name, store, before, entry
+            )
+            if done is not None:
+                break
+        existed, version = done
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return existed
 
@@ -356,34 +415,60 @@ class ConfigStore:
         name = await self._redis.hget(API_KEYS_KEY, digest)
         return None if name is None else _text(name)
 
-    async def _change(self, apply: Any, held: str | None) -> int:
-        """`apply`'s commands and the version's bump, in one transaction, in the store
-        `held` names (or, with none held, in whatever store Redis holds)."""
+    async def _change(
+        self, plan: Callable[[list[Any]], Write], held: str | None, watch: tuple[str, ...]
+    ) -> int:
+        """One change, in one transaction, in the store `held` names (or, with none held,
+        in whatever store Redis holds): `plan` is given the `watch` keys' values and
+        returns the commands to queue and the record of the change; the version bumps."""
         store = held if held is not None else await self.initialize()
         while True:
             try:
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    await pipe.watch(STORE_KEY)
+                    await pipe.watch(STORE_KEY, *watch)
                     found = await pipe.get(STORE_KEY)
                     if found is None or _text(found) != store:
                         raise StoreLost(f"Redis no longer holds the store {store}")
+                    olds = [await pipe.get(key) for key in watch]
+                    write, entry = plan(olds)
                     pipe.multi()
-                    apply(pipe)
+                    write(pipe)
+                    if entry is not None:
+                        pipe.lpush(AUDIT_KEY, entry.to_json())
+                        pipe.ltrim(AUDIT_KEY, 0, AUDIT_KEPT - 1)
                     pipe.incr(VERSION_KEY)
                     results = await pipe.execute()
                 break
             except redis.WatchError:
-                continue  # the identity was written meanwhile (put back): look again
+                continue  # changed meanwhile (a put back, another writer): look again
         version = int(results[-1])
         await self._redis.publish(CHANGED_CHANNEL, str(version))
         return version
 
+
+# What a change queues in its transaction, and its record (None: one kept elsewhere).
+Write = tuple[Callable[[Any], Any], AuditEntry | None]
 
 _DEFAULTS = QosConfig().model_dump_json()
 
 
 def _problems(error: ValueError) -> str:
     return describe(error) if isinstance(error, ValidationError) else str(error)
+
+
+def _document_or_defaults(stored: bytes | None) -> Any:
+    """A stored document as JSON for a record of what changed: the defaults where there
+    is none (a store's first document), {} where it is not JSON."""
+    if stored is None:
+        return json.loads(_DEFAULTS)
+    try:
+        return json.loads(stored)
+    except ValueError:
+        return {}
+
+
+def _rounded(shares: dict[Tier, float]) -> dict[str, float]:
+    return {tier.value: round(share, 6) for tier, share in shares.items()}
 
 
 def _last_good(document: bytes | None) -> QosConfig:

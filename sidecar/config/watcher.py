@@ -12,6 +12,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.config import memory
+from sidecar.config.audit import PROGRAM, Actor, AuditEntry
 from sidecar.config.store import (
     CHANGED_CHANNEL,
     REPAIR_HINT,
@@ -32,9 +33,14 @@ class ConfigWatcher:
     what is wrong while Redis holds an invalid document, whether it started so or not."""
 
     def __init__(
-        self, client: redis.Redis, poll_seconds: float = 0.5, initial: Snapshot | None = None
+        self,
+        client: redis.Redis,
+        poll_seconds: float = 0.5,
+        initial: Snapshot | None = None,
+        actor: Actor = PROGRAM,
     ) -> None:
         self._redis = client
+        self._actor = actor  # who puts back a lost configuration: this sidecar
         self._store = ConfigStore(client)
         self._poll_seconds = poll_seconds
         self.current = initial or Snapshot(version=0)
@@ -104,7 +110,7 @@ class ConfigWatcher:
             if memory.lost(held, state):
                 # What Redis lost is not a new configuration: keep the one held, and put
                 # it back (or find it put back by another sidecar at the next look).
-                if await memory.put_back(self._redis, held):
+                if await memory.put_back(self._redis, held, state, self._actor):
                     self._put_back(held, state)
                 return
             if held.version == 0 and not state.identity:
@@ -134,11 +140,12 @@ class ConfigWatcher:
             else:
                 self.problem = None
                 self._started_on_problem = False
-            self.current = snapshot
+            previous, self.current = self.current, snapshot
             log.info(
                 "config loaded",
                 extra={"version": snapshot.version, "tenants": len(snapshot.tenants)},
             )
+            _log_changes(previous, snapshot)
         for listener in self._listeners:
             listener(snapshot)
 
@@ -174,3 +181,16 @@ class ConfigWatcher:
                 redis_errors.note("config")
                 log.debug("config channel lost (%s); the poll covers until it is back", error)
                 await asyncio.sleep(self._poll_seconds)
+
+
+def _log_changes(previous: Snapshot, loaded: Snapshot) -> None:
+    """Each change recorded since the snapshot held (none on the first load: the record
+    is older than this sidecar), oldest first."""
+    if previous.version == 0:
+        return
+    newer = list(loaded.audit)
+    if previous.audit and previous.audit[0] in newer:
+        newer = newer[: newer.index(previous.audit[0])]
+    for text in reversed(newer):
+        if (entry := AuditEntry.from_json(text)) is not None:
+            log.info("changed: %s", entry.describe(), extra={"audit": entry.to_dict()})

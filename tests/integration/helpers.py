@@ -102,15 +102,16 @@ def admitted_count(sidecar_admin_url: str) -> float:
     return decision_count(sidecar_admin_url, "admit", "admitted")
 
 
-async def cli(redis_url: str, *args: str) -> str:
+async def cli(redis_url: str, *args: str, given: str | None = None) -> str:
     """`qos-sidecar ARGS` as an operator runs it; its output (it must succeed)."""
-    code, output = await run_cli(redis_url, *args)
+    code, output = await run_cli(redis_url, *args, given=given)
     assert code == 0, output
     return output
 
 
-async def run_cli(redis_url: str, *args: str) -> tuple[int, str]:
-    """`qos-sidecar ARGS` as an operator runs it: its exit code and its output."""
+async def run_cli(redis_url: str, *args: str, given: str | None = None) -> tuple[int, str]:
+    """`qos-sidecar ARGS` as an operator runs it (`given` on its standard input): its
+    exit code and its output."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -118,10 +119,11 @@ async def run_cli(redis_url: str, *args: str) -> tuple[int, str]:
         *args,
         "--redis-url",
         redis_url,
+        stdin=asyncio.subprocess.DEVNULL if given is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    output, _ = await process.communicate()
+    output, _ = await process.communicate(None if given is None else given.encode())
     assert process.returncode is not None
     return process.returncode, output.decode()
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
 from sidecar.config.memory import put_back, read_state
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
@@ -20,7 +21,6 @@ from sidecar.config.store import (
     hash_api_key,
     tenant_keys_key,
 )
-from sidecar.config.switches import ModeChange
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.operator.commands.common import configuration_in_place
 from sidecar.request.queueing.peers import PEERS_KEY
@@ -33,7 +33,7 @@ async def configured(store: ConfigStore):
     await store.save_config(QosConfig.from_partial({"fleet": {"max_concurrency": 7}}))
     await store.put_tenant("pay", Tenant(tier=Tier.P0), "k-pay")
     await store.put_tenant("bulk", Tenant(tier=Tier.P2, rate_tokens_per_second=50), "k-bulk")
-    await store.save_mode(OperatorMode(mode=Mode.CORE_ONLY), ModeChange("core-only", "duty", "cli"))
+    await store.save_mode(OperatorMode(mode=Mode.CORE_ONLY), actor=Actor("duty", "cli"))
     await store.save_shares({Tier.P0: 0.7, Tier.P1: 0.25, Tier.P2: 0.05}, "test")
     return await store.load()
 
@@ -49,6 +49,11 @@ async def test_an_emptied_redis_gets_back_all_a_sidecar_held_written_once(aredis
     assert back.version == held.version and back.store_id == held.store_id
     assert back.config.fleet.max_concurrency == 7 and back.mode.mode is Mode.CORE_ONLY
     assert back.tenants == held.tenants and back.shares == held.shares
+    # The record of changes too, under one saying it was put back.
+    assert back.audit[1:] == held.audit and len(held.audit) == 4
+    assert back.moves == held.moves and len(held.moves) == 1
+    (entry,) = await store.audit(1)
+    assert entry.kind == "put-back" and entry.via == "python"
     assert back.api_keys == {hash_api_key("k-pay"): "pay", hash_api_key("k-bulk"): "bulk"}
     assert await store.key_count("pay") == 1  # its key set too: removing it revokes the key
     assert await store.remove_tenant("pay")
@@ -65,7 +70,7 @@ async def test_no_writer_that_read_a_store_writes_into_an_emptied_one(aredis):
             {Tier.P0: 0.8, Tier.P1: 0.15, Tier.P2: 0.05}, "x", held=held.store_id
         )
     with pytest.raises(StoreLost):  # a switch from the dashboard
-        await store.save_mode(OperatorMode(), ModeChange("normal", "x", "dashboard"), held.store_id)
+        await store.save_mode(OperatorMode(), held.store_id, actor=Actor("x", "dashboard"))
     with pytest.raises(StoreLost):
         await store.put_tenant_reporting("new", Tenant(tier=Tier.P1), held=held.store_id)
     assert await aredis.dbsize() == 0  # not a fresh document, not a version

@@ -13,10 +13,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.cli import main
+from sidecar.config import tenants
+from sidecar.config.audit import PROGRAM
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import DOC_KEY, VERSION_KEY, ConfigStore, hash_api_key
+from sidecar.config.store import (
+    API_KEYS_KEY,
+    AUDIT_KEY,
+    DOC_KEY,
+    STORE_KEY,
+    TENANTS_KEY,
+    VERSION_KEY,
+    ConfigStore,
+    hash_api_key,
+)
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.tooling.stack.admin_client import scrape
 from tests.integration.helpers import readyz
@@ -364,3 +375,29 @@ def test_odd_names_and_keys_are_refused(cli, redis_url, name, key, refused):
     assert result.returncode == 2 and refused in result.stderr, result
     assert listed(cli, redis_url) == {}
     assert redis_keys(redis.Redis.from_url(redis_url)) == {}
+
+
+@pytest.mark.asyncio
+async def test_a_tenant_changed_under_a_writer_is_read_again_so_its_record_is_true(aredis):
+
+    store = ConfigStore(aredis)
+    await store.put_tenant("pay", Tenant(tier=Tier.P1))
+    identity = (await aredis.get(STORE_KEY)).decode()
+    stale = Tenant(tier=Tier.P2).model_dump_json()  # not what Redis holds
+    record = Tenant(tier=Tier.P0).model_dump_json()
+    own = (
+        TENANTS_KEY,
+        API_KEYS_KEY,
+        "qos:{qos-config}:tenant-keys:pay",
+        "qos:{qos-config}:version",
+        STORE_KEY,
+    )
+    keys = tenants.Keys(own, AUDIT_KEY, 10)
+    entry = tenants.put_entry(PROGRAM, "pay", stale, record, "", None)
+    attempt = tenants.Attempt("pay", record, "", None, False, identity, stale, entry)
+    assert await tenants.put(aredis, keys, own[2], attempt) is None  # read again
+    assert (await store.load()).tenants["pay"].tier is Tier.P1
+    assert await store.put_tenant("pay", Tenant(tier=Tier.P0))
+    (last,) = await store.audit(1)
+    assert last.what == "tenant pay changed"
+    assert [(c.field, c.old, c.new) for c in last.changes] == [("tier", '"p1"', '"p0"')]

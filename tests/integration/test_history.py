@@ -13,11 +13,11 @@ import urllib.request
 import grpc
 import pytest
 
+from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.config.switches import ModeChange
 from sidecar.request.extproc.client import ExtProcClient, admitted
 from tests.integration.helpers import wait_until
 
@@ -92,9 +92,7 @@ async def test_switches_and_controller_moves_are_on_the_time_axis_and_shedding_i
     store = ConfigStore(aredis)
     await store.save_config(QosConfig())
     sidecar = sidecars(f"--admin-token={TOKEN}")
-    await store.save_mode(
-        OperatorMode(mode=Mode.CORE_ONLY), ModeChange("mode core-only", "ann", "cli")
-    )
+    await store.save_mode(OperatorMode(mode=Mode.CORE_ONLY), actor=Actor("ann", "cli"))
     await store.save_shares({Tier.P0: 0.5, Tier.P1: 0.3, Tier.P2: 0.2}, "P0 misses its SLO")
     assert await decide(sidecar, "", 3) == 0  # anonymous: P2, shed
 
@@ -102,14 +100,15 @@ async def test_switches_and_controller_moves_are_on_the_time_axis_and_shedding_i
         found = page(sidecar)
         kinds = [event["kind"] for event in found.get("events", [])]
         shed = found.get("happening", {}).get("shed", [])
-        return kinds == ["switch", "controller"] and [s["tier"] for s in shed] == ["p2"]
+        return kinds == ["change", "switch", "controller"] and [s["tier"] for s in shed] == ["p2"]
 
     await wait_until(told, what="the events and the P2 shed on the page")
     found = page(sidecar)
-    assert found["events"][0]["text"] == "mode core-only by ann via cli"
+    assert found["events"][0]["text"].startswith("configuration set by ")
+    assert found["events"][1]["text"] == "mode core-only by ann via cli"
     assert (
-        found["events"][1]["text"] == "P0 misses its SLO"
-        and found["events"][1]["pool"] == "default"
+        found["events"][2]["text"] == "P0 misses its SLO"
+        and found["events"][2]["pool"] == "default"
     )
     assert found["happening"]["mode"] == "core-only"
     assert found["happening"]["shed"][0]["reason"] in ("shed_core_only", "shed_no_reports")

@@ -3,11 +3,11 @@ since when, from the window's seconds. Pure."""
 
 from __future__ import annotations
 
+from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
-from sidecar.config.switches import ModeChange
 from sidecar.operator.history import page
 from sidecar.operator.history.happening import GAP_SECONDS, WORDS, happening
 from sidecar.operator.history.window import SECONDS, Window
@@ -78,19 +78,25 @@ def test_a_tier_shed_the_whole_window_says_so():
 
 def test_events_in_the_window_oldest_first():
     switches = [
-        ModeChange("mode normal", "bob", "cli", at=NOW - 5),
-        ModeChange("mode core-only", "alice from 10.0.0.7", "dashboard", at=NOW - 20),
-        ModeChange("shed p2", "carol", "api", at=NOW - SECONDS - 1),  # before the window
+        AuditEntry("mode", "mode normal", "bob", "cli", at=NOW - 5),
+        AuditEntry("mode", "mode core-only", "alice from 10.0.0.7", "dashboard", at=NOW - 20),
+        AuditEntry("mode", "shed p2", "carol", "api", at=NOW - SECONDS - 1),  # before it
+        AuditEntry("tenant", "tenant acme added", "dan", "cli", at=NOW - 15),
     ]
     moves = [{"at": NOW - 10, "reason": "P0 TTFT misses: P2 share down", "pool": "default"}]
     found = page.events(switches, moves, NOW - SECONDS + 1)
-    assert [event["at"] for event in found] == [NOW - 20, NOW - 10, NOW - 5]
+    assert [event["at"] for event in found] == [NOW - 20, NOW - 15, NOW - 10, NOW - 5]
     assert found[0] == {
         "at": NOW - 20,
         "kind": "switch",
         "text": "mode core-only by alice from 10.0.0.7 via dashboard",
     }
-    assert found[1]["kind"] == "controller" and found[1]["pool"] == "default"
+    assert found[1] == {
+        "at": NOW - 15,
+        "kind": "change",
+        "text": "tenant acme added by dan via cli",
+    }
+    assert found[2]["kind"] == "controller" and found[2]["pool"] == "default"
 
 
 def test_the_lines_are_each_pools_thresholds_and_slo_targets():

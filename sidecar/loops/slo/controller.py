@@ -107,7 +107,9 @@ class SloController:
             return None
         try:
             # Only into the store it read: never a fresh document over a lost one.
-            await self._store.save_shares(step.shares, step.reason, pool.name, snapshot.store_id)
+            await self._store.save_shares(
+                step.shares, step.reason, pool.name, snapshot.store_id, before=shares
+            )
         except StoreLost:
             log.warning("SLO controller: Redis lost the configuration; no move until it is back")
             return None

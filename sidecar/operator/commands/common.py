@@ -14,6 +14,7 @@ import redis.asyncio as redis
 
 from sidecar import redis_connect
 from sidecar.config import memory
+from sidecar.config.audit import Actor, clean_name, who
 from sidecar.config.store import ConfigStore, StoreLost
 from sidecar.options import parse_bool
 from sidecar.request.queueing.peers import PEERS_KEY
@@ -69,6 +70,20 @@ def run_with_store(
         print(f"error: Redis at {redis_connect.redacted(args.redis_url)}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def add_by_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--by",
+        default=os.environ.get("QOS_OPERATOR") or who(),
+        help="who makes the change, as the record keeps it [env QOS_OPERATOR] "
+        "(default: %(default)s)",
+    )
+
+
+def actor(args: argparse.Namespace) -> Actor:
+    """Who makes a change from the command line, for the record."""
+    return Actor(clean_name(args.by) or who(), "cli")
 
 
 def add_override_argument(parser: argparse.ArgumentParser, what: str) -> None:

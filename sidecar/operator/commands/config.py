@@ -18,12 +18,15 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sidecar.config.audit import differences
 from sidecar.config.base import deep_merge, describe
 from sidecar.config.files import FileRefused, read_config
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
 from sidecar.operator.commands.common import (
     CommandError,
+    actor,
+    add_by_argument,
     add_override_argument,
     add_redis_argument,
     refuse_declared,
@@ -53,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     diff.set_defaults(run=lambda args: run_with_store(args, _diff))
     for sub in (change, load):
         add_override_argument(sub, "the document")
+        add_by_argument(sub)
     for sub in (show, change, load, dump, diff):
         add_redis_argument(sub)
 
@@ -116,7 +120,7 @@ async def _set(store: ConfigStore, args: argparse.Namespace) -> None:
         node.pop(path[-1], None)
     else:
         node[path[-1]] = value
-    version = await store.save_config(_validated(document))
+    version = await store.save_config(_validated(document), actor=actor(args))
     print(f"{args.key} = {json.dumps(value)} (version {version})")
 
 
@@ -126,7 +130,7 @@ async def _import(store: ConfigStore, args: argparse.Namespace) -> None:
         document = yaml.safe_load(args.file.read_text())  # JSON is YAML too
     except (OSError, yaml.YAMLError) as error:
         raise CommandError(f"{args.file}: {error}") from None
-    version = await store.save_config(_validated(document or {}))
+    version = await store.save_config(_validated(document or {}), actor=actor(args))
     print(f"imported {args.file} (version {version})")
 
 
@@ -145,19 +149,5 @@ async def _diff(store: ConfigStore, args: argparse.Namespace) -> None:
     except FileRefused as error:
         raise CommandError(str(error)) from None
     held = _document((await _loaded(store)).config)
-    changes = [
-        f"{key}: {json.dumps(held_value)} -> {json.dumps(wanted_value)}"
-        for key, held_value, wanted_value in _differences(held, wanted)
-    ]
+    changes = [change.describe() for change in differences(held, wanted)]
     print("\n".join(changes) if changes else f"{args.file} is what Redis holds")
-
-
-def _differences(held: Any, wanted: Any, at: str = "") -> list[tuple[str, Any, Any]]:
-    """The dotted keys whose values differ, with both values (None where one is missing)."""
-    if isinstance(held, dict) and isinstance(wanted, dict):
-        found: list[tuple[str, Any, Any]] = []
-        for key in sorted(set(held) | set(wanted)):
-            path = f"{at}.{key}" if at else key
-            found += _differences(held.get(key), wanted.get(key), path)
-        return found
-    return [] if held == wanted else [(at, held, wanted)]

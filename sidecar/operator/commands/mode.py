@@ -6,20 +6,25 @@ mode set normal         back to normal
 mode shed p2            shed a tier outright, whatever the load; `unshed` ends it
 mode log                the last switches: what, by whom, how and when
 
-Every switch is recorded with who made it (--by, by default user@host) and when.
+Every switch is recorded with who made it (--by, by default user@host) and when, with
+every other change (`qos-sidecar audit`).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import socket
 
+from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
-from sidecar.config.store import ConfigStore
-from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
-from sidecar.operator.commands.common import add_redis_argument, run_with_store
+from sidecar.config.store import AUDIT_KEPT, ConfigStore
+from sidecar.config.switches import switch_mode, switch_shed
+from sidecar.operator.commands.common import (
+    actor,
+    add_by_argument,
+    add_redis_argument,
+    run_with_store,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,19 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
         )
     for sub in (change, shed, unshed):
-        sub.add_argument(
-            "--by", default=_who(), help="who switches, as recorded (default: %(default)s)"
-        )
+        add_by_argument(sub)
     for sub in (get, log, change, shed, unshed):
         add_redis_argument(sub)
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no user name for this uid (a bare container)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _describe(mode: OperatorMode) -> str:
@@ -70,20 +65,24 @@ def _describe(mode: OperatorMode) -> str:
 
 
 async def _get(store: ConfigStore, _args: argparse.Namespace) -> None:
-    last = await store.mode_changes(1)
+    last = (await _switches(store))[:1]
     print(_describe((await store.load()).mode))
     print(f"last switch: {last[0].describe() if last else 'none recorded'}")
 
 
 async def _log(store: ConfigStore, args: argparse.Namespace) -> None:
-    for change in await store.mode_changes(args.count):
+    for change in (await _switches(store))[: args.count]:
         print(change.describe())
+
+
+async def _switches(store: ConfigStore) -> list[AuditEntry]:
+    """The switches of the mode among the changes recorded, newest first."""
+    return [entry for entry in await store.audit(AUDIT_KEPT) if entry.kind == "mode"]
 
 
 async def _switch(store: ConfigStore, args: argparse.Namespace, switch) -> None:
     held = await store.load()
     changed, what = switch(held.mode)
-    by = clean_name(args.by) or _who()
     # Into the store it read the mode from (StoreLost should Redis lose it meanwhile).
-    version = await store.save_mode(changed, ModeChange(what, by, "cli"), held.store_id or None)
+    version = await store.save_mode(changed, held.store_id or None, what=what, actor=actor(args))
     print(f"{_describe(changed)}\n(version {version})")

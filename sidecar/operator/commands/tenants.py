@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -14,6 +16,8 @@ from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.loops.fairness.usage import read_tier_fairness
 from sidecar.operator.commands.common import (
     CommandError,
+    actor,
+    add_by_argument,
     add_override_argument,
     add_redis_argument,
     refuse_declared,
@@ -34,7 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add.add_argument("name", help=f"the tenant's name: {NAME_RULE}")
     add.add_argument("--tier", choices=[t.value for t in Tier], help="required for a new tenant")
-    add.add_argument("--api-key", help="the key to accept; without it, one is made and printed")
+    add.add_argument(
+        "--api-key",
+        help="the key to accept; without it, one is made and printed (a key given here "
+        "shows in the process list: --api-key-file keeps it out)",
+    )
+    add.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="read the key to accept from this file's first line (- for standard input)",
+    )
     add.add_argument(
         "--no-key", action="store_true", help="no API key (the tenant is named by a trusted header)"
     )
@@ -81,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     top.set_defaults(run=lambda args: run_with_store(args, _top))
     for sub in (add, remove):
         add_override_argument(sub, "the tenant")
+        add_by_argument(sub)
     for sub in (add, listing, remove, top):
         add_redis_argument(sub)
 
@@ -119,11 +133,13 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
     except ValidationError as error:
         raise CommandError(describe(error)) from None
     made = None
-    api_key = args.api_key
+    api_key = _given_key(args)
     if api_key is None and not args.no_key and existing is None:
         api_key = made = new_api_key()
     try:
-        put = await store.put_tenant_reporting(args.name, tenant, api_key, move_key=args.move_key)
+        put = await store.put_tenant_reporting(
+            args.name, tenant, api_key, move_key=args.move_key, actor=actor(args)
+        )
     except KeyHeld as held:
         raise CommandError(f"{held}; --move-key to take it from {held.holder!r}") from None
     except TenantInvalid as error:
@@ -142,6 +158,21 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
         print(f"{args.name}: {', '.join(changes) or 'nothing changed'}")
     if put.moved_from:
         print(f"the key was moved from tenant {put.moved_from!r}")
+
+
+def _given_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file is None:
+        return args.api_key
+    if args.api_key is not None:
+        raise CommandError("--api-key or --api-key-file, not both")
+    try:
+        text = sys.stdin.read() if str(args.api_key_file) == "-" else args.api_key_file.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CommandError(f"--api-key-file: {error}") from None
+    key = text.splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise CommandError("--api-key-file: no key in it")
+    return key
 
 
 def _shown(value: object) -> str:
@@ -180,7 +211,7 @@ async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
 
 async def _remove(store: ConfigStore, args: argparse.Namespace) -> None:
     await refuse_declared(store, args, f"tenant {args.name}", args.name)
-    if not await store.remove_tenant(args.name):
+    if not await store.remove_tenant(args.name, actor=actor(args)):
         raise CommandError(f"no tenant named {args.name!r}")
 
 

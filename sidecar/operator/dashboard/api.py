@@ -6,17 +6,17 @@ import contextlib
 import json
 import time
 from collections import defaultdict
-from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
 import redis.asyncio as redis
 from aiohttp import web
 
+from sidecar.config.audit import Actor, clean_name
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.store import Snapshot, StoreLost
-from sidecar.config.switches import ModeChange, clean_name, switch_mode, switch_shed
+from sidecar.config.switches import switch_mode, switch_shed
 from sidecar.operator.dashboard import auth
 from sidecar.operator.gateway_view import GatewayView
 from sidecar.operator.history.recorder import HistoryRecorder
@@ -59,18 +59,18 @@ def add_routes(
         by = f"{name} from {remote}" if name else remote
         try:
             await gateway.config_store.save_mode(
-                changed, ModeChange(what, by, auth.via(request)), held.store_id
+                changed, held.store_id, what=what, actor=Actor(by, auth.via(request))
             )
         except StoreLost:
             raise web.HTTPServiceUnavailable(
                 text="Redis lost the configuration; the sidecars are putting it back: "
                 "switch again in a few seconds\n"
             ) from None
-        await gateway.watcher.refresh()
         # The answer shows this switch; should the read fail, it is switched all the same
-        # and the next tick reads it.
+        # and the next look reads it.
         with contextlib.suppress(redis.RedisError, OSError):
-            await recorder.read_events()
+            await gateway.watcher.refresh()
+        recorder.read_events()
         return web.json_response(_state(gateway, recorder))
 
     async def set_mode(request: web.Request) -> web.Response:
@@ -196,7 +196,7 @@ def _state(gateway: GatewayView, history: HistoryRecorder) -> dict[str, Any]:
         }
     # Both as the history last read them (history/recorder.py): no Redis call a poll.
     adjustments = history.moves[:10]
-    switches = [asdict(change) for change in history.switches[:20]]
+    switches = [change.to_dict() for change in history.switches[:20]]
     return {
         "at": time.time(),
         "pools": _pools(gateway, snapshot),

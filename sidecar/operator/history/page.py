@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
 from sidecar.config.store import Snapshot
-from sidecar.config.switches import ModeChange
 from sidecar.operator.history.happening import happening
 
 
@@ -32,12 +32,12 @@ def lines(snapshot: Snapshot) -> dict[str, dict[str, dict[str, float | str | Non
 
 
 def events(
-    switches: Iterable[ModeChange], adjustments: Iterable[Mapping[str, Any]], since: float
+    switches: Iterable[AuditEntry], adjustments: Iterable[Mapping[str, Any]], since: float
 ) -> list[dict[str, Any]]:
-    """The events from `since` on, oldest first: every switch, and every controller move
-    (with the pool it moved)."""
+    """The events from `since` on, oldest first: every change (a switch of the mode, a
+    tenant, the configuration), and every controller move (with the pool it moved)."""
     found: list[dict[str, Any]] = [
-        {"at": s.at, "kind": "switch", "text": f"{s.what} by {s.by} via {s.via}"}
+        {"at": s.at, "kind": "switch" if s.kind == "mode" else "change", "text": _said(s)}
         for s in switches
         if s.at >= since
     ]
@@ -64,3 +64,7 @@ def build(
         "events": on_axis,
         "happening": happening(series, in_force),
     }
+
+
+def _said(entry: AuditEntry) -> str:
+    return f"{entry.what} by {entry.by} via {entry.via}"

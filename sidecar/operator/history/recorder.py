@@ -15,8 +15,8 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
+from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
-from sidecar.config.switches import ModeChange
 from sidecar.operator.gateway_view import GatewayView
 from sidecar.operator.history import page
 from sidecar.operator.history.store import HistoryStore
@@ -25,7 +25,7 @@ from sidecar.operator.history.window import SECONDS, Window, ttft_bucket
 log = logging.getLogger(__name__)
 REREAD_SECONDS = 3  # a second is read again until every sidecar's add to it is in
 FILL_SECONDS = 30  # seconds read a call while the window fills
-EVENTS_KEPT = 100  # switches and controller moves read (both lists keep 100)
+EVENTS_KEPT = 100  # changes and controller moves shown
 
 
 class HistoryRecorder:
@@ -40,7 +40,7 @@ class HistoryRecorder:
         self._page_gzip: bytes | None = None  # the same, compressed, when a page asks so
         self._filled = False
         self._events_version: int | None = None  # the configuration version events are of
-        self._switches: list[ModeChange] = []
+        self._switches: list[AuditEntry] = []
         self._moves: list[dict] = []
 
     def first_token(self, tier: Tier, pool: str, seconds: float) -> None:
@@ -73,7 +73,7 @@ class HistoryRecorder:
         if not self._filled:  # the whole window once (a start), then the newest seconds
             await self._fill()
         self._merge(*await self._store.last(REREAD_SECONDS))
-        await self.read_events()
+        self.read_events()
         self._page = self._page_gzip = None  # built again when a page asks (none may)
 
     async def _fill(self) -> None:
@@ -93,8 +93,9 @@ class HistoryRecorder:
                 self.window.merge(second, fields)
 
     @property
-    def switches(self) -> list[ModeChange]:
-        """The operator's last switches, newest first (as of the last read)."""
+    def switches(self) -> list[AuditEntry]:
+        """The last changes made by anyone but the controller (the mode's switches among
+        them), newest first (as of the last read)."""
         return self._switches
 
     @property
@@ -102,17 +103,20 @@ class HistoryRecorder:
         """The controller's last moves, newest first (as of the last read)."""
         return self._moves
 
-    async def read_events(self) -> None:
-        """The switches and controller moves, read again only when the configuration's
-        version moved (both bump it): once a tick, and when a switch is made here, so
-        the state pages poll needs no Redis call of its own for them."""
-        version = self._gateway.watcher.current.version
-        if version == self._events_version:
+    def read_events(self) -> None:
+        """The changes and controller moves, from the configuration in force (which
+        holds them), read again only when its version moved (both bump it): once a
+        tick, and when a switch is made here."""
+        snapshot = self._gateway.watcher.current
+        if snapshot.version == self._events_version:
             return
-        store = self._gateway.config_store
-        self._switches = await store.mode_changes(EVENTS_KEPT)
-        self._moves = await store.adjustments(EVENTS_KEPT)
-        self._events_version = version
+        self._switches = [
+            entry
+            for text in snapshot.audit[:EVENTS_KEPT]
+            if (entry := AuditEntry.from_json(text)) is not None
+        ]
+        self._moves = [json.loads(text) for text in snapshot.moves[:EVENTS_KEPT]]
+        self._events_version = snapshot.version
 
     @property
     def page(self) -> bytes:

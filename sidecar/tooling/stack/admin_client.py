@@ -12,11 +12,11 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import redis_connect
+from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.config.switches import ModeChange
 from sidecar.loops.slo.samples import SAMPLES_PREFIX
 
 
@@ -95,8 +95,9 @@ class StackConfig:
 
     def mode(self, mode: str, by: str = "tests") -> int:
         """Switch the operator's mode (normal, core-only, shadow)."""
-        change = ModeChange(f"mode {mode}", by, "cli")
-        return self._run(lambda store: store.save_mode(OperatorMode(mode=Mode(mode)), change))
+        switched = OperatorMode(mode=Mode(mode))
+        actor = Actor(by, "cli")
+        return self._run(lambda store: store.save_mode(switched, actor=actor))
 
     def tenant(self, name: str, tier: str, api_key: str, **fields: Any) -> int:
         tenant = Tenant(tier=Tier(tier), **fields)

@@ -30,17 +30,42 @@ function cell(row, text, className) {
   return td;
 }
 
-// The last switch that matched: who, how and when, as a line under the switch.
-function lastSwitch(switches, matches) {
-  const found = switches.find((s) => matches(s.what));
-  if (!found) return "";
-  return `last: ${found.what} by ${found.by} via ${found.via}, ${new Date(found.at * 1000).toLocaleString()}`;
+// A recorded change in a line: what, who, how and when.
+function said(change) {
+  return `${change.what} by ${change.by} via ${change.via}, ${new Date(change.at * 1000).toLocaleString()}`;
+}
+
+// The last switch of the mode that matched, as a line under the switch.
+function lastSwitch(changes, matches) {
+  const found = changes.find((c) => c.kind === "mode" && matches(c.what));
+  return found ? `last: ${said(found)}` : "";
+}
+
+// Every change recorded (the mode, tenants, the configuration, files), newest first:
+// the newest in the summary, each with its fields old → new when opened.
+function renderChanges(changes) {
+  document.getElementById("changes-last").textContent =
+    changes.length ? `last change: ${said(changes[0])}` : "no change recorded";
+  const list = document.getElementById("changes");
+  list.replaceChildren();
+  for (const change of changes.slice(0, 10)) {
+    const item = document.createElement("li");
+    item.textContent = said(change);
+    for (const field of change.changes) {
+      const line = document.createElement("small");
+      line.className = "changed-field";
+      line.textContent = `${field.field}: ${field.old ?? "-"} → ${field.new ?? "-"}`;
+      item.append(line);
+    }
+    list.append(item);
+  }
 }
 
 function render(state) {
   document.getElementById("mode").textContent = state.mode;
   document.getElementById("mode-last").textContent =
     lastSwitch(state.switches, (what) => what.startsWith("mode "));
+  renderChanges(state.switches);
   const seconds = previous ? (state.at - previous.at) : 0;
   const body = document.querySelector("#tiers tbody");
   body.replaceChildren();

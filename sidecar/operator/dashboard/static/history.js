@@ -155,7 +155,7 @@ export function render(page) {
   happeningLine(page);
   for (const pool of Object.keys(page.pools)) {
     poolSection(pool);
-    const events = page.events.filter((e) => e.kind === "switch" || e.pool === pool);
+    const events = page.events.filter((e) => e.kind === "switch" || e.kind === "change" || e.pool === pool);
     for (const [name] of CHARTS) {
       draw(document.getElementById(`chart-${pool}-${name}`),
            {...pieces(pool, name, page), events, start: page.start});

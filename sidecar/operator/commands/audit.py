@@ -1,0 +1,44 @@
+"""`qos-sidecar audit`: every change recorded, newest first: who made it, how, when, and
+what changed, field by field (never a key).
+
+audit                   the last 20 changes made by people and files
+audit --controller      with the SLO controller's budget moves among them
+audit --output json     one JSON document: a list of changes, for scripts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sidecar.config.store import AUDIT_KEPT, ConfigStore
+from sidecar.operator.commands.common import CommandError, add_redis_argument, run_with_store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--count", type=int, default=20, help=f"changes shown, at most {AUDIT_KEPT} (default 20)"
+    )
+    parser.add_argument(
+        "--controller",
+        action="store_true",
+        help="show the SLO controller's budget moves too",
+    )
+    parser.add_argument("--output", choices=("text", "json"), default="text")
+    add_redis_argument(parser)
+    parser.set_defaults(run=lambda args: run_with_store(args, _list))
+
+
+async def _list(store: ConfigStore, args: argparse.Namespace) -> None:
+    if not 1 <= args.count <= AUDIT_KEPT:
+        raise CommandError(f"--count: 1 to {AUDIT_KEPT}")
+    entries = await store.audit(args.count, controller=args.controller)
+    if args.output == "json":
+        print(json.dumps([entry.to_dict() for entry in entries], indent=2))
+        return
+    if not entries:
+        print("no change recorded")
+    for entry in entries:
+        print(f"{entry.describe_head()}")
+        for change in entry.changes:
+            print(f"    {change.describe()}")
