@@ -88,6 +88,18 @@ def test_one_click_core_only_sheds_p2_through_envoy_within_a_second(stack, brows
     while (decision := p2_decision(stack)) != "shed_core_only":
         assert time.monotonic() - clicked < 1.0, f"P2 still {decision} a second after the click"
     wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "mode"), "core-only"))
+    # Beside the switch: the change on record, by the page (no name typed: its address).
+    wait.until(
+        expected_conditions.text_to_be_present_in_element(
+            (By.ID, "changes-last"), "last change: mode core-only by 127.0.0.1 via dashboard"
+        )
+    )
+    browser.find_element(By.ID, "changes-last").click()  # opens the list
+    wait.until(
+        expected_conditions.text_to_be_present_in_element(
+            (By.ID, "changes"), 'mode: "normal" → "core-only"'
+        )
+    )
     browser.save_screenshot(str(tmp_path / "core-only.png"))
 
     click(browser, "normal")
