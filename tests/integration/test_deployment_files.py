@@ -32,7 +32,8 @@ def test_kubernetes_manifests_hold_together():
         for doc in documents(DEPLOY / "kubernetes" / name):
             assert doc["apiVersion"] and doc["metadata"]["name"]
             kinds.setdefault(doc["kind"], []).append(doc)
-    assert {d["metadata"]["name"] for d in kinds["Deployment"]} == {"redis", "qos-gateway", "vllm"}
+    assert {d["metadata"]["name"] for d in kinds["Deployment"]} == {"qos-gateway", "vllm"}
+    assert [d["metadata"]["name"] for d in kinds["StatefulSet"]] == ["redis"]
     services = {d["metadata"]["name"] for d in kinds["Service"]}
     assert services == {"redis", "qos-gateway", "qos-sidecar", "vllm"}
     for deployment in kinds["Deployment"]:

@@ -21,4 +21,12 @@ def test_compose_services_profiles_and_mounts():
     # Admin endpoints are published on loopback only.
     assert "127.0.0.1:9901:9901" in services["envoy"]["ports"]
     assert "127.0.0.1:9090:9090" in services["sidecar"]["ports"]
-    assert services["sidecar"]["environment"]["REDIS_URL"].startswith("redis://redis:")
+    assert services["sidecar"]["environment"]["REDIS_URL"] == (
+        "redis://:${REDIS_PASSWORD}@redis:6379/0"
+    )
+    # Redis as on Kubernetes: its redis.conf, its data on a named volume.
+    redis = services["redis"]
+    conf_source = redis["volumes"][0].split(":")[0]
+    assert conf_source == "./deploy/kubernetes/redis.conf" and (REPO / conf_source).is_file()
+    assert "redis-data:/data" in redis["volumes"] and "redis-data" in compose["volumes"]
+    assert "$$REDIS_PASSWORD" in redis["command"][0]  # the container's, not compose's
