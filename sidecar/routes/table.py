@@ -2,13 +2,14 @@
 
 Resolved once per configuration version (the built-in routes, then the operator's
 `routes.*`) into a `RouteTable`; a request's `Route` is looked up on its canonical path
-(sidecar/routes/paths.py). What the table does not know:
-- a GET or HEAD passes (no model server generates on one), unless it upgrades the
-  connection (a WebSocket: vLLM's /v1/realtime);
-- any other method is refused with a 404, so a route a new engine release adds is never
-  an unmetered way to its GPUs.
-The engines' operational routes (pause, sleep, weights, LoRA, profiling, ...) are
-refused for every method and cannot be configured open.
+(sidecar/routes/paths.py). What the table does not know is refused with a 404: a GET
+or HEAD passes only on the reads clients make (`/v1/models`, a stored response,
+`/health`), never onto the engines' insides, and never when it upgrades the connection
+(a WebSocket: vLLM's /v1/realtime) unless listed; any other method is refused, so a
+route a new engine release adds is never an unmetered way to its GPUs.
+The engines' operational routes (pause, sleep, weights, LoRA, profiling, ...) and their
+insides (metrics, versions, load, server facts) are refused for every method and cannot
+be configured open; Envoy refuses them too, so they stay shut while the sidecar is down.
 """
 
 from __future__ import annotations
@@ -86,8 +87,16 @@ OPERATIONAL: frozenset[str] = frozenset(
         "/open_session", "/close_session", "/load_lora_adapter", "/unload_lora_adapter",
         "/pause_generation", "/continue_generation", "/start_expert_distribution_record",
         "/stop_expert_distribution_record", "/dump_expert_distribution_record",
+        # Their insides: figures and facts that are the operator's, not a client's.
+        "/metrics", "/version", "/load", "/docs", "/redoc", "/openapi.json",  # vLLM
+        "/get_model_info", "/get_load", "/health_generate",  # SGLang
+        "/info",  # TGI
+        "/props", "/slots",  # llama.cpp
     }
 )  # fmt: skip
+
+# What clients read with a GET or HEAD: the models served, a stored response, health.
+CLIENT_READS = ("/v1/models", "/v1/models/*", "/v1/responses/*", "/health")
 
 _PASSING_METHODS = ("GET", "HEAD")
 
@@ -115,6 +124,11 @@ def _split(routes: Mapping[str, RouteKind]) -> tuple[dict[str, RouteKind], Patte
     return exact, patterns
 
 
+_READS: Patterns = tuple(
+    (tuple(path.strip("/").split("/")), RouteKind.PASS) for path in CLIENT_READS
+)
+
+
 @dataclass(frozen=True)
 class RouteTable:
     exact: Mapping[str, RouteKind] = field(default_factory=lambda: _split(BUILT_IN)[0])
@@ -138,7 +152,7 @@ class RouteTable:
                 passing = method in _PASSING_METHODS
                 return Route(RouteKind.PASS if passing else RouteKind.REFUSE, path, True)
             return Route(kind, path, listed=True)
-        if method in _PASSING_METHODS:
+        if method in _PASSING_METHODS and _matches(path, _READS):
             return Route(RouteKind.PASS, path, listed=False)
         return Route(RouteKind.REFUSE, path, listed=False)
 
@@ -146,13 +160,18 @@ class RouteTable:
         kind = self.exact.get(path)
         if kind is not None:
             return kind
-        segments = tuple(path.strip("/").split("/"))
-        for pattern, pattern_kind in self.patterns:
-            if len(pattern) == len(segments) and all(
-                p in (WILDCARD, s) for p, s in zip(pattern, segments, strict=True)
-            ):
-                return pattern_kind
-        return None
+        return _matches(path, self.patterns)
+
+
+def _matches(path: str, patterns: Patterns) -> RouteKind | None:
+    """The kind of the first pattern `path` matches, segment by segment."""
+    segments = tuple(path.strip("/").split("/"))
+    for pattern, kind in patterns:
+        if len(pattern) == len(segments) and all(
+            p in (WILDCARD, s) for p, s in zip(pattern, segments, strict=True)
+        ):
+            return kind
+    return None
 
 
 def build(configured: Mapping[str, str]) -> RouteTable:

@@ -164,6 +164,10 @@ def test_without_the_sidecar_envoy_still_refuses_the_engines_controls(gateway, t
                 assert status == 404, (spelled, answer)
                 assert json.loads(answer)["error"]["code"] == "route_not_found"
         assert recorded(upstream)[seen:] == []
+        for path in ("/metrics", "/version", "/server_info", "/is_sleeping"):
+            status, _headers, answer = send(listen, "GET", path)
+            assert status == 404, (path, answer)
+        assert recorded(upstream)[seen:] == []
         send(listen, "GET", "/v1/models")  # what fails open does reach it
         assert len(recorded(upstream)) == seen + 1
     finally:
@@ -200,6 +204,20 @@ def test_unknown_posts_are_refused_in_the_openai_shape_unless_configured(gateway
         assert [r["path"] for r in recorded(upstream)[seen:]] == ["/v1/brand/new"]
     finally:
         stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
+
+
+def test_the_client_port_serves_the_api_and_none_of_the_engines_insides(gateway):
+    _stack, listen, upstream = gateway
+    seen = len(recorded(upstream))
+    for path in ("/metrics", "/version", "/load", "/openapi.json", "/v1/brand/new"):
+        status, headers, answer = send(listen, "GET", path)
+        assert (status, headers.get("x-qos-decision")) == (404, "route_not_found"), path
+        assert json.loads(answer)["error"]["code"] == "route_not_found"
+    assert recorded(upstream)[seen:] == []
+    assert send(listen, "GET", "/v1/models")[0] == 200
+    _status, headers, _ = send(listen, "GET", "/health")  # this server has none: it says
+    assert "x-qos-decision" not in headers
+    assert [r["path"] for r in recorded(upstream)[seen:]] == ["/v1/models", "/health"]
 
 
 odd_values = st.recursive(

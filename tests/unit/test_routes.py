@@ -49,8 +49,14 @@ def test_unknown_posts_are_refused_and_gets_pass():
     assert table.resolve("POST", "/v1/something/new").kind is RouteKind.REFUSE
     assert table.resolve("PUT", "/v1/chat/completions").kind is RouteKind.REFUSE
     assert table.resolve("DELETE", "/v1/whatever").kind is RouteKind.REFUSE
-    for path in ("/v1/models", "/health", "/v1/responses/resp_1"):
+    for path in ("/v1/models", "/v1/models/m", "/health", "/v1/responses/resp_1", "/ping"):
         assert table.resolve("GET", path).kind is RouteKind.PASS
+        assert table.resolve("HEAD", path).kind is RouteKind.PASS
+    # What clients do not read is refused: the engines' insides, and anything unknown.
+    for path in ("/metrics", "/version", "/load", "/info", "/openapi.json", "/v1/whatever"):
+        assert table.resolve("GET", path).kind is RouteKind.REFUSE, path
+    # An operator may list more reads.
+    assert build({"/v1/whatever": "pass"}).resolve("GET", "/v1/whatever").kind is RouteKind.PASS
     # A generation route asked with GET does no work (the server answers 405).
     assert table.resolve("GET", "/v1/chat/completions").kind is RouteKind.PASS
 
