@@ -147,9 +147,10 @@ def main() -> None:
             redis_process, redis_url = redis_on_free_port(work)
             started.append(redis_process)
             fill_history(redis_url)
-            common = ("--log-level", "WARNING", f"--admin-token={TOKEN}")
-            watched = start_sidecar(work, redis_url, *common, name="watched")
-            idle = start_sidecar(work, redis_url, *common, name="idle")
+            common = ("--log-level", "WARNING")
+            token = {"QOS_ADMIN_TOKEN": TOKEN}
+            watched = start_sidecar(work, redis_url, *common, name="watched", env=token)
+            idle = start_sidecar(work, redis_url, *common, name="idle", env=token)
             started += [watched.process, idle.process]
             deadline = time.monotonic() + 30
             while get(f"{watched.admin_url}/dashboard/api/history", compressed=False) < 100_000:

@@ -51,6 +51,13 @@ class SidecarMetrics:
             "(restarted empty, rolled back, or made anew), tenants and key hashes with it.",
             registry=self.registry,
         )
+        self.reports_refused = Counter(
+            "qos_load_reports_refused",
+            "Pushed load reports refused, never applied: unauthenticated (no token or the "
+            "wrong one), or invalid.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.config_file_refused = Gauge(
             "qos_config_file_refused",
             "1 while a configuration or tenants file this sidecar was given is refused (it "

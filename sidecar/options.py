@@ -2,7 +2,8 @@
 
 A field is declared once, with ``setting(default, env, help)``; its flag is derived from
 its name (``grpc_port`` → ``--grpc-port``). A flag beats the environment, which beats
-the default.
+the default. A secret (``secret(env, help)``) has no flag: it is read from the
+environment alone, so it never shows in a process list.
 """
 
 from __future__ import annotations
@@ -20,14 +21,23 @@ def setting(default: Any, env: str | None, help: str) -> Any:
     return dataclasses.field(default=default, metadata={"env": env, "help": help})
 
 
+def secret(env: str, help: str) -> Any:
+    """A setting read only from the environment variable `env` ("" when unset)."""
+    return dataclasses.field(default="", metadata={"env": env, "help": help, "secret": True})
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
 def add_arguments(parser: argparse.ArgumentParser, settings_class: type) -> None:
     hints = typing.get_type_hints(settings_class)
+    secrets = []
     for field in dataclasses.fields(settings_class):
         env = field.metadata.get("env")
+        if field.metadata.get("secret"):
+            secrets.append(f"{env}: {field.metadata.get('help', '')}")
+            continue
         suffix = f" [env {env}]" if env else ""
         kwargs: dict[str, Any] = {"dest": field.name, "default": None}
         if hints[field.name] is bool:
@@ -39,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser, settings_class: type) -> None
             help=f"{field.metadata.get('help', '')} (default: {field.default}){suffix}",
             **kwargs,
         )
+    if secrets:
+        parser.epilog = "secrets, from the environment only (never a flag): " + "; ".join(secrets)
 
 
 def from_args(settings_class: type[T], args: argparse.Namespace) -> T:

@@ -125,6 +125,7 @@ class SidecarServer:
             self.metrics.config_file_refused.labels(str(path)).set_function(
                 self.files.refusal_of(path)
             )
+        # None given: one nobody is told, so the dashboard stays closed.
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         self.watcher.on_put_back(lambda _snapshot: self.metrics.config_put_back.inc())
@@ -145,7 +146,12 @@ class SidecarServer:
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
-        self._load_reporter = LoadReporterService(reports, self.watcher.snapshot)
+        self._load_reporter = LoadReporterService(
+            reports,
+            self.watcher.snapshot,
+            settings.report_token,
+            lambda reason: self.metrics.reports_refused.labels(reason).inc(),
+        )
         # The decisions' budget calls share one connection of their own (a single server).
         self._budget_redis = (
             redis_connect.budget_client(
@@ -268,13 +274,9 @@ class SidecarServer:
         for service in ("", EXT_PROC_SERVICE, LOAD_REPORTER_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._ready = True
-        if not self.settings.admin_token:
-            log.info(
-                "dashboard: http://%s:%s/dashboard?token=%s",
-                self.settings.admin_host,
-                self.settings.admin_port,
-                self.admin_token,
-            )
+        if self.worker is None:  # a worker's supervisor says it once for all
+            for closed in self.settings.closed():
+                log.warning(closed)
         log.info(
             "sidecar serving",
             extra={

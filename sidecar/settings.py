@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.options import setting
+from sidecar.options import secret, setting
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -62,10 +62,14 @@ class SidecarSettings:
         "the decisions' budget calls share one Redis connection of their own (a single "
         "server); off: each takes one from redis-py's pool",
     )
-    admin_token: str = setting(
-        "",
+    admin_token: str = secret(
         "QOS_ADMIN_TOKEN",
-        "token for the dashboard and its API (default: one is made and logged at start)",
+        "the token the dashboard and its API ask for (unset: they are closed to everyone)",
+    )
+    report_token: str = secret(
+        "QOS_REPORT_TOKEN",
+        "the token the load reporters present with each report (unset: pushed reports are "
+        "refused; scrape mode needs none)",
     )
     scrape_targets: str = setting(
         "",
@@ -106,6 +110,18 @@ class SidecarSettings:
         "QOS_EVENT_LOOP",
         "the event loop: asyncio, or uvloop (pip install 'qos-sidecar[uvloop]')",
     )
+
+    def closed(self) -> list[str]:
+        """What this sidecar keeps closed for want of a secret, to say at start."""
+        closed = []
+        if not self.admin_token:
+            closed.append("the dashboard and its API are closed: set QOS_ADMIN_TOKEN to open them")
+        if not self.report_token and not self.scrape_targets:
+            closed.append(
+                "pushed load reports are refused: set QOS_REPORT_TOKEN here and in the "
+                "reporters (or scrape the pods: --scrape-targets)"
+            )
+        return closed
 
     @property
     def grpc_address(self) -> str:

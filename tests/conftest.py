@@ -17,11 +17,13 @@ from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.processes import ManagedProcess
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import (
+    REPORT_TOKEN_ENV,
     RunningSidecar,
     Stack,
     StackOptions,
     start_sidecar,
 )
+from tests.integration.helpers import REPORT_TOKEN
 
 # The mock GPU runs 20x faster than real time so streams finish quickly in tests.
 TEST_TIME_SCALE = 0.05
@@ -42,9 +44,11 @@ def start_process(tmp_path):
     """Start a `python -m sidecar ...` child; it is stopped by PID when the test ends."""
     started: list[ManagedProcess] = []
 
-    def start(name: str, *args: str, ready: Callable[[], bool]) -> ManagedProcess:
+    def start(
+        name: str, *args: str, ready: Callable[[], bool], env: dict[str, str] | None = None
+    ) -> ManagedProcess:
         process = ManagedProcess(
-            name, [sys.executable, "-m", "sidecar", *args], tmp_path / f"{name}.log"
+            name, [sys.executable, "-m", "sidecar", *args], tmp_path / f"{name}.log", env
         )
         started.append(process)
         process.start()
@@ -108,7 +112,8 @@ def sidecars(tmp_path, redis_url):
 
     def start(*flags: str, env: dict[str, str] | None = None) -> RunningSidecar:
         name = f"sidecar-{len(started)}"
-        sidecar = start_sidecar(tmp_path, redis_url, *flags, name=name, env=env)
+        secrets = {REPORT_TOKEN_ENV: REPORT_TOKEN, **(env or {})}
+        sidecar = start_sidecar(tmp_path, redis_url, *flags, name=name, env=secrets)
         started.append(sidecar)
         return sidecar
 

@@ -24,7 +24,8 @@ from sidecar import logs
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.loops import dialects
 from sidecar.loops.dialects.report import load_report
-from sidecar.options import setting
+from sidecar.loops.overload import report_auth
+from sidecar.options import secret, setting
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class Settings:
         "the model server to watch (vLLM, or another one: --dialect)",
     )
     sidecar: str = setting("127.0.0.1:50051", "QOS_SIDECAR_ADDRESS", "sidecar gRPC address")
+    report_token: str = secret(
+        "QOS_REPORT_TOKEN", "the token the sidecars ask of every report (their QOS_REPORT_TOKEN)"
+    )
     pod_id: str = setting("", "POD_NAME", "this pod's id (default: host name and vLLM port)")
     interval: float = setting(0.2, "QOS_REPORT_INTERVAL", "seconds between reports")
     pool: str = setting(
@@ -120,7 +124,11 @@ class Reporter:
             self._trouble("vllm", f"cannot read {self.settings.vllm_url}/metrics: {error}")
             return
         try:
-            await stub.Report(report, timeout=max(1.0, self.settings.interval * 4))
+            await stub.Report(
+                report,
+                timeout=max(1.0, self.settings.interval * 4),
+                metadata=report_auth.credentials(self.settings.report_token),
+            )
         except grpc.aio.AioRpcError as error:
             self._trouble("sidecar", f"sidecar {self.settings.sidecar}: {error.code().name}")
             return

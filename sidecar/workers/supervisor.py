@@ -62,7 +62,8 @@ class Supervisor:
             _Child(Worker(index, count, group, self._directory), free_port())
             for index in range(count)
         ]
-        # One token for the dashboard whichever worker serves it.
+        # One token for the dashboard whichever worker serves it (made, and told to no
+        # one, when none is given: the dashboard stays closed).
         self._token = settings.admin_token or secrets.token_urlsafe(24)
         self._stopping = False
         self._watchers: list[asyncio.Task[None]] = []
@@ -89,13 +90,8 @@ class Supervisor:
                 "workers serving",
                 extra={"grpc": self._settings.grpc_address, "processes": len(self._children)},
             )
-            if not self._settings.admin_token:
-                log.info(
-                    "dashboard: http://%s:%s/dashboard?token=%s",
-                    self._settings.admin_host,
-                    self._settings.admin_port,
-                    self._token,
-                )
+            for closed in self._settings.closed():
+                log.warning(closed)
             await stop.wait()
         finally:
             await self._stop()

@@ -57,6 +57,10 @@ def stack_with_tenant(
     return stack_with_tenants(work_dir, {tenant: (tier, key)}, **options)
 
 
+# The report token the `sidecars` fixture's sidecars ask of pushed reports.
+REPORT_TOKEN = "test-report-token"
+
+
 def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:
     """Decisions the sidecar counted with this outcome (and reason), over all tiers."""
     samples = scrape(f"{sidecar_admin_url}/metrics")

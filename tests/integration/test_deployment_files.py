@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -19,6 +20,25 @@ from tests.integration.test_envoy_configs import validate
 pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def built() -> list[dict]:
+    """What `kubectl kustomize` makes of the base, as `kubectl apply -k` would apply."""
+    output = subprocess.run(
+        ["kubectl", "kustomize", str(DEPLOY / "kubernetes")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [document for document in yaml.safe_load_all(output) if document]
+
+
+def named(documents: list[dict], kind: str, prefix: str) -> dict:
+    (found,) = [
+        d for d in documents if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)
+    ]
+    return found
 
 
 def documents(path: Path) -> list[dict]:
@@ -156,3 +176,26 @@ def test_grafana_dashboard_plots_only_metrics_the_sidecar_exposes(stack):
         return re.sub(r"_(total|bucket|count|sum)$", "", name)
 
     assert {base(n) for n in used} - {base(n) for n in families} == set()
+
+
+def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
+    documents = built()
+    gateway, vllm = (
+        named(documents, "Deployment", "qos-gateway"),
+        named(documents, "Deployment", "vllm"),
+    )
+
+    def token_of(deployment: dict, container: str) -> dict:
+        containers = deployment["spec"]["template"]["spec"]["containers"]
+        (found,) = [c for c in containers if c["name"] == container]
+        (token,) = [e for e in found["env"] if e["name"] == "QOS_REPORT_TOKEN"]
+        return token["valueFrom"]["secretKeyRef"]
+
+    assert (
+        token_of(gateway, "sidecar")
+        == token_of(vllm, "reporter")
+        == {
+            "name": "qos-report",
+            "key": "token",
+        }
+    )

@@ -155,6 +155,7 @@ async def test_priorities_sent_to_pods_that_may_ignore_them_are_warned_of(
             "0.1",
             f"--scheduling-policy={policy}",
             ready=lambda: True,
+            env=engine_stack.reporter_env,
         )
     await wait_until(lambda: readiness.pods_reporting(engine_stack.sidecar_admin_url) == 3)
     await wait_until(lambda: unconfirmed(engine_stack, "fcfs") == 1, what="fcfs named")

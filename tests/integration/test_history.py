@@ -24,6 +24,7 @@ from tests.integration.helpers import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 TOKEN = "history-token"
+ADMIN = {"QOS_ADMIN_TOKEN": TOKEN}
 BODY = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
 
@@ -56,14 +57,17 @@ async def test_two_sidecars_add_up_and_a_later_one_sees_the_minutes_before(sidec
     await store.save_config(QosConfig())
     await store.put_tenant("pay", Tenant(tier=Tier.P0), "h-p0")
     await store.put_tenant("batch", Tenant(tier=Tier.P2), "h-p2")
-    first, second = sidecars(f"--admin-token={TOKEN}"), sidecars(f"--admin-token={TOKEN}")
+    first, second = (
+        sidecars(env=ADMIN),
+        sidecars(env=ADMIN),
+    )
     assert await decide(first, "h-p0", 7) == 7
     assert await decide(second, "h-p0", 5) == 5
     assert await decide(second, "h-p2", 4) == 0  # shed: no pod reports yet
     await wait_until(lambda: totals(first) == (12, 4), what="both sidecars' decisions")
     await wait_until(lambda: totals(second) == (12, 4), what="the other sidecar's page too")
 
-    later = sidecars(f"--admin-token={TOKEN}")
+    later = sidecars(env=ADMIN)
     await wait_until(lambda: totals(later) == (12, 4), what="the window before it started")
     series = page(later)
     assert len(series["mode"]) == 600 and series["mode"][-1] == "normal"
@@ -82,7 +86,7 @@ def status_without_token(sidecar) -> int:
 
 
 async def test_the_page_needs_the_token(sidecars):
-    sidecar = sidecars(f"--admin-token={TOKEN}")
+    sidecar = sidecars(env=ADMIN)
     assert await asyncio.to_thread(status_without_token, sidecar) == 401
 
 
@@ -91,7 +95,7 @@ async def test_switches_and_controller_moves_are_on_the_time_axis_and_shedding_i
 ):
     store = ConfigStore(aredis)
     await store.save_config(QosConfig())
-    sidecar = sidecars(f"--admin-token={TOKEN}")
+    sidecar = sidecars(env=ADMIN)
     await store.save_mode(OperatorMode(mode=Mode.CORE_ONLY), actor=Actor("ann", "cli"))
     await store.save_shares({Tier.P0: 0.5, Tier.P1: 0.3, Tier.P2: 0.2}, "P0 misses its SLO")
     assert await decide(sidecar, "", 3) == 0  # anonymous: P2, shed
@@ -125,7 +129,7 @@ def fetch(sidecar, **headers) -> tuple[dict, bytes]:
 
 
 async def test_a_page_that_takes_gzip_gets_the_same_document_compressed(sidecars):
-    sidecar = sidecars(f"--admin-token={TOKEN}")
+    sidecar = sidecars(env=ADMIN)
     await wait_until(lambda: page(sidecar)["now"] is not None, what="a first second")
     headers, body = await asyncio.to_thread(fetch, sidecar, **{"Accept-Encoding": "gzip"})
     assert headers["Content-Encoding"] == "gzip"

@@ -3,6 +3,7 @@ that survives vLLM restarts and sidecar outages."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -11,19 +12,24 @@ import pytest
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.loops.overload import report_auth
 from sidecar.ports import free_port
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.readiness import pods_reporting
-from sidecar.tooling.stack.stack import start_sidecar
-from tests.integration.helpers import scrape, wait_until
+from sidecar.tooling.stack.stack import REPORT_TOKEN_ENV, start_sidecar
+from tests.integration.helpers import REPORT_TOKEN, scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 
-async def report(address: str, **fields) -> load_report_pb2.ReportAck:
+async def report(address: str, token: str = REPORT_TOKEN, **fields) -> load_report_pb2.ReportAck:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = load_report_pb2_grpc.LoadReporterStub(channel)
-        return await stub.Report(load_report_pb2.LoadReport(**fields), timeout=5)
+        return await stub.Report(
+            load_report_pb2.LoadReport(**fields),
+            timeout=5,
+            metadata=report_auth.credentials(token) if token else None,
+        )
 
 
 async def test_reports_reach_every_sidecar_and_expire_after_their_ttl(sidecars, aredis):
@@ -69,6 +75,30 @@ async def test_malformed_reports_are_refused(sidecars):
     assert pods_reporting(sidecar.admin_url) == 0
 
 
+async def test_a_report_without_the_token_is_refused_counted_and_never_applied(sidecars):
+    sidecar = sidecars()
+    full = {"pod_id": "evil-pod", "kv_cache_usage": 0.99, "num_requests_waiting": 500}
+    for token in ("", "a-guess"):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await report(sidecar.grpc_address, token=token, **full)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    samples = scrape(f"{sidecar.admin_url}/metrics")
+    assert samples['qos_load_reports_refused_total{reason="unauthenticated"}'] == 2
+    assert pods_reporting(sidecar.admin_url) == 0
+    await report(sidecar.grpc_address, pod_id="real-pod", kv_cache_usage=0.1)
+    await wait_until(lambda: pods_reporting(sidecar.admin_url) == 1, what="the real pod")
+
+
+async def test_a_sidecar_without_a_token_takes_no_pushed_report_and_says_so(sidecars):
+    sidecar = sidecars(env={REPORT_TOKEN_ENV: ""})
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await report(sidecar.grpc_address, pod_id="p", kv_cache_usage=0.1)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "QOS_REPORT_TOKEN" in refused.value.details()
+    log = await asyncio.to_thread(sidecar.process.log_path.read_text)
+    assert "pushed load reports are refused" in log
+
+
 async def test_the_reporter_survives_vllm_restarts_and_sidecar_outages(
     tmp_path, redis_url, start_process
 ):
@@ -94,6 +124,7 @@ async def test_the_reporter_survives_vllm_restarts_and_sidecar_outages(
             grpc_port=grpc_port,
             admin_port=admin_port,
             name=f"sidecar-{time.monotonic_ns()}",
+            env={REPORT_TOKEN_ENV: REPORT_TOKEN},
         )
 
     mock = start_mock()
@@ -110,6 +141,7 @@ async def test_the_reporter_survives_vllm_restarts_and_sidecar_outages(
         "--interval",
         "0.1",
         ready=lambda: pods_reporting(admin) == 1,
+        env={REPORT_TOKEN_ENV: REPORT_TOKEN},
     )
     try:
         mock.stop()  # vLLM restarts: its reports stop, the pod goes stale

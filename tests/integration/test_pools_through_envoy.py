@@ -180,6 +180,7 @@ async def test_a_pool_s_budgets_follow_the_capacity_its_pods_report(
             "--interval",
             "0.1",
             ready=lambda: True,
+            env=pools_stack.reporter_env,
         )
         started = time.monotonic()
         for admin in admins:

@@ -22,10 +22,11 @@ from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.loops.overload import report_auth
 from sidecar.request.extproc.client import ExtProcClient, admitted
 from sidecar.tooling.stack.readiness import pods_reporting
 from sidecar.tooling.stack.stack import Stack, StackOptions
-from tests.integration.helpers import decision_count, scrape, wait_until
+from tests.integration.helpers import REPORT_TOKEN, decision_count, scrape, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -188,13 +189,13 @@ async def test_without_projection_the_whole_burst_goes_in(projected_stack):
     assert free_after < WATERMARK - 0.02, free_after
 
 
-async def report_80_percent_used(address: str) -> None:
+async def report_80_percent_used(address: str, token: str = REPORT_TOKEN) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = load_report_pb2_grpc.LoadReporterStub(channel)
         report = load_report_pb2.LoadReport(
             pod_id="gpu-1", kv_cache_usage=0.80, kv_blocks_total=KV_BLOCKS, kv_block_size=BLOCK
         )
-        await stub.Report(report, timeout=5)
+        await stub.Report(report, timeout=5, metadata=report_auth.credentials(token))
 
 
 def sidecar_metric(sidecar, name: str) -> float:

@@ -7,14 +7,12 @@ answered: the configuration, the mode, every tenant and the record of changes.""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio as aioredis
-import yaml
 
 from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
@@ -23,31 +21,12 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.ports import free_port
 from sidecar.tooling.stack.processes import ManagedProcess
+from tests.integration.test_deployment_files import built, named
 
 pytestmark = pytest.mark.integration
 
-KUSTOMIZATION = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 PASSWORD = "a-password-from-the-secret"
 TENANTS = 200
-
-
-def built() -> list[dict]:
-    """What `kubectl kustomize` makes of the base, as `kubectl apply -k` would apply."""
-    output = subprocess.run(
-        ["kubectl", "kustomize", str(KUSTOMIZATION)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [document for document in yaml.safe_load_all(output) if document]
-
-
-def named(documents: list[dict], kind: str, prefix: str) -> dict:
-    (found,) = [
-        d for d in documents if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)
-    ]
-    return found
 
 
 class Pod:

@@ -30,3 +30,10 @@ def test_compose_services_profiles_and_mounts():
     assert conf_source == "./deploy/kubernetes/redis.conf" and (REPO / conf_source).is_file()
     assert "redis-data:/data" in redis["volumes"] and "redis-data" in compose["volumes"]
     assert "$$REDIS_PASSWORD" in redis["command"][0]  # the container's, not compose's
+
+
+def test_every_reporter_and_the_sidecar_share_the_report_token():
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    for name in ("sidecar", "mock-vllm", "vllm-reporter"):
+        token = services[name]["environment"]["QOS_REPORT_TOKEN"]
+        assert token.startswith("${QOS_REPORT_TOKEN:?"), name

@@ -12,21 +12,38 @@ import redis.asyncio as redis
 from sidecar import redis_errors
 from sidecar.config.store import Snapshot
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.loops.overload import report_auth
 from sidecar.loops.overload.reports import ReportStore
 
 log = logging.getLogger(__name__)
 
 
 class LoadReporterService(load_report_pb2_grpc.LoadReporterServicer):
-    def __init__(self, store: ReportStore, snapshot: Callable[[], Snapshot]) -> None:
+    """Applies only reports that carry the shared token (report_auth.py) and make sense;
+    `refused(reason)` counts every other one."""
+
+    def __init__(
+        self,
+        store: ReportStore,
+        snapshot: Callable[[], Snapshot],
+        token: str,
+        refused: Callable[[str], None],
+    ) -> None:
         self._store = store
         self._snapshot = snapshot
+        self._token = token
+        self._refused = refused
 
     async def Report(
         self, request: load_report_pb2.LoadReport, context: grpc.aio.ServicerContext
     ) -> load_report_pb2.ReportAck:
+        unproven = report_auth.refusal(self._token, context.invocation_metadata())
+        if unproven:
+            self._refused("unauthenticated")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, unproven)
         problem = _problem(request)
         if problem:
+            self._refused("invalid")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         ttl = self._snapshot().config.overload.report_ttl_seconds
         try:

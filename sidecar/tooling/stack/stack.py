@@ -26,6 +26,7 @@ from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis
 
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
+REPORT_TOKEN_ENV = "QOS_REPORT_TOKEN"
 # A pod's report is kept for this many report intervals: a late report or two (a busy
 # model server answers /metrics slowly) must not make its load unknown.
 REPORTS_KEPT = 5
@@ -152,9 +153,11 @@ class Stack:
     options: StackOptions
     processes: list[ManagedProcess] = field(default_factory=list)
     admin_token: str = ""
+    report_token: str = ""  # what its sidecars ask of the reporters' reports
 
     def __post_init__(self) -> None:
         self.admin_token = self.options.admin_token or secrets.token_urlsafe(24)
+        self.report_token = secrets.token_urlsafe(24)
 
     @property
     def dashboard_url(self) -> str:
@@ -234,8 +237,10 @@ class Stack:
     def __exit__(self, *_exc: object) -> None:
         self.stop()
 
-    def _launch(self, name: str, argv: list[str]) -> ManagedProcess:
-        process = ManagedProcess(name, argv, self.options.work_dir / f"{name}.log")
+    def _launch(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.options.work_dir / f"{name}.log", env)
         process.start()
         self.processes.append(process)
         return process
@@ -289,7 +294,7 @@ class Stack:
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
                 name=name,
-                env={ADMIN_TOKEN_ENV: self.admin_token},
+                env={ADMIN_TOKEN_ENV: self.admin_token, REPORT_TOKEN_ENV: self.report_token},
             ).process
         )
 
@@ -322,11 +327,18 @@ class Stack:
         sidecar scrapes them)."""
         if self.options.load_source == "push":
             for index, url in enumerate(self.engine_urls, start=1):
-                self._launch(f"reporter-{index}", self._reporter_argv(index, url))
+                self._launch(
+                    f"reporter-{index}", self._reporter_argv(index, url), self.reporter_env
+                )
         # Ready when the sidecar sees every pod: until then P2 would be shed as unknown load.
         self.process("sidecar").wait_ready(
             lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.engine_urls)
         )
+
+    @property
+    def reporter_env(self) -> dict[str, str]:
+        """What a reporter of this stack's pods needs in its environment: the token."""
+        return {REPORT_TOKEN_ENV: self.report_token}
 
     def _reporter_argv(self, index: int, url: str) -> list[str]:
         return [
