@@ -18,7 +18,7 @@ from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import event_loop, logs, redis_connect
+from sidecar import event_loop, logs, redis_connect, shutdown
 from sidecar.admin import admin_app
 from sidecar.config.audit import Actor
 from sidecar.config.file_watch import FileWatch
@@ -299,20 +299,26 @@ class SidecarServer:
             return "draining"
         return self.watcher.not_ready_because
 
-    async def stop(self) -> None:
-        """Drain: report NOT_SERVING, refuse new streams, let open ones finish in time."""
+    async def stop(self, now: asyncio.Event | None = None) -> None:
+        """Drain: report NOT_SERVING, refuse new streams, let open ones finish within the
+        grace (or until `now` is set: a second signal); then stop the rest, each step
+        bounded, so that nothing Redis or a peer does holds the exit."""
         self._ready = False
         await self._health.enter_graceful_shutdown()
         log.info("draining", extra={"grace_seconds": self.settings.drain_seconds})
-        await self._grpc.stop(self.settings.drain_seconds)
-        if self._admin is not None:
-            await self._admin.cleanup()
-        for part in reversed(self._parts):
-            await part.stop()
-        await self.redis.aclose()
-        await self._records_redis.aclose()
-        if self._budget_redis is not None:
-            await self._budget_redis.aclose()
+        draining = asyncio.ensure_future(self._grpc.stop(self.settings.drain_seconds))
+        hurried = asyncio.ensure_future((now or asyncio.Event()).wait())
+        await asyncio.wait((draining, hurried), return_when=asyncio.FIRST_COMPLETED)
+        hurried.cancel()
+        if not draining.done():
+            log.warning("told again to stop: open streams cut")
+            await self._grpc.stop(0)
+        steps = [self._admin.cleanup()] if self._admin is not None else []
+        steps += [part.stop() for part in reversed(self._parts)]
+        steps += [self.redis.aclose(), self._records_redis.aclose()]
+        steps += [self._budget_redis.aclose()] if self._budget_redis is not None else []
+        for step in steps:
+            await shutdown.bounded(step)
         log.info("sidecar stopped")
 
 
@@ -336,13 +342,18 @@ def _direction(step: Adjustment) -> str:
 
 async def serve(settings: SidecarSettings) -> None:
     server = SidecarServer(settings)
-    stop = asyncio.Event()
+    stop, now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+    # The first SIGTERM or SIGINT drains; another one cuts the drain short.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, lambda: now.set() if stop.is_set() else stop.set())
     await server.start()
     await stop.wait()
-    await server.stop()
+    watchdog = shutdown.exit_after(settings.drain_seconds + shutdown.EXIT_SECONDS)
+    try:
+        await server.stop(now)
+    finally:
+        watchdog.cancel()
 
 
 def main(settings: SidecarSettings) -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 from sidecar import redis_connect
 from sidecar.options import setting
 from sidecar.tooling.engine import vllm
-from sidecar.tooling.stack.processes import ManagedProcess, StackError
+from sidecar.tooling.stack.processes import ManagedProcess, StackError, reaped_by
+from sidecar.tooling.stack.reaper import Reaper
 from sidecar.tooling.stack.stack import RunningEngines, Stack, StackOptions
 
 DEMO_REQUEST = {
@@ -65,6 +66,17 @@ def main(settings: Settings) -> int:
         print("--pools are made of mocks: use them without --engine vllm", file=sys.stderr)
         return 2
     work_dir = Path(settings.log_dir or tempfile.mkdtemp(prefix="qos-stack-"))
+    # Should `up` be killed outright, the reaper ends what it started.
+    reaper = Reaper()
+    reaped_by(reaper)
+    try:
+        return _up(settings, work_dir)
+    finally:
+        reaped_by(None)
+        reaper.done()
+
+
+def _up(settings: Settings, work_dir: Path) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

@@ -31,6 +31,7 @@ from aiohttp import web
 from sidecar import options
 from sidecar.ports import free_port
 from sidecar.settings import SidecarSettings
+from sidecar.shutdown import EXIT_SECONDS
 from sidecar.workers.merged_metrics import merge
 from sidecar.workers.worker import WORKER_ENV, Worker
 
@@ -73,8 +74,9 @@ class Supervisor:
     async def run(self) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        # The first signal drains the workers; another is passed on (cutting theirs short).
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, lambda: self._signal() if stop.is_set() else stop.set())
         # A pass-through: no cookies kept between clients, bodies as the workers sent them.
         self._http = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=10),
@@ -124,14 +126,24 @@ class Supervisor:
             if not self._stopping:
                 await self._start(child)
 
-    async def _stop(self) -> None:
-        self._stopping = True
+    def _signal(self) -> None:
         for child in self._children:
             if child.process is not None and child.process.returncode is None:
                 child.process.send_signal(signal.SIGTERM)
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        self._signal()
+        # Each worker bounds its own exit; one that still runs past that is killed.
+        bound = self._settings.drain_seconds + EXIT_SECONDS + 1
         for child in self._children:
             if child.process is not None:
-                await child.process.wait()
+                try:
+                    await asyncio.wait_for(child.process.wait(), bound)
+                except TimeoutError:
+                    log.error("worker %d did not stop: killed", child.worker.index)
+                    child.process.kill()
+                    await child.process.wait()
         for watcher in self._watchers:
             watcher.cancel()
         if self._admin is not None:

@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.ports import free_port
 from sidecar.request.extproc.client import ExtProcClient
+from sidecar.shutdown import EXIT_SECONDS
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar
@@ -86,6 +87,60 @@ async def test_sigterm_drains_an_open_stream_and_refuses_new_ones(sidecar):
     # With nothing left open it exits well before its 20 s grace.
     returncode = await asyncio.to_thread(process.wait, 10)
     assert returncode == 0
+
+
+async def open_stream(stub, admin: str):
+    """A stream left open (its headers answered, its body never sent): the drain waits."""
+    stream = stub.Process()
+    await stream.write(request_headers())
+    assert (await stream.read()).WhichOneof("response") == "request_headers"
+    await wait_until(lambda: scrape(f"{admin}/metrics")["qos_extproc_streams_open{}"] == 1)
+    return stream
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_a_sidecar_whose_redis_dies_mid_drain_exits_within_its_bound(tmp_path):
+    port = free_port()
+    redis_process = start_redis_server(tmp_path, port)
+    running = None
+    try:
+        running = start_sidecar(
+            tmp_path,
+            f"redis://127.0.0.1:{port}/0",
+            "--drain-seconds",
+            "3",
+            name="drained",
+        )
+        async with grpc.aio.insecure_channel(running.grpc_address) as channel:
+            stub = ext_proc_grpc.ExternalProcessorStub(channel)
+            held = await open_stream(stub, running.admin_url)  # noqa: F841 (kept open)
+            signalled = time.monotonic()
+            running.process.send_signal(signal.SIGTERM)
+            redis_process.send_signal(signal.SIGKILL)  # Redis gone as the drain runs
+            code = await asyncio.to_thread(running.process.wait, 3 + EXIT_SECONDS + 5)
+            took = time.monotonic() - signalled
+    finally:
+        redis_process.stop()
+        if running is not None:
+            running.process.stop()
+    print(f"exited {took:.1f} s after SIGTERM (drain grace 3 s)")
+    assert 3 <= took < 3 + EXIT_SECONDS, took
+    assert code == 0  # stopped in order, not ended by its own watchdog
+
+
+@pytest.mark.asyncio
+async def test_a_second_sigterm_cuts_the_drain_short(sidecar):
+    process, address, admin = sidecar  # a 20 s grace
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = ext_proc_grpc.ExternalProcessorStub(channel)
+        held = await open_stream(stub, admin)  # noqa: F841 (kept open)
+        process.send_signal(signal.SIGTERM)
+        await wait_until(lambda: not readiness.http_ok(f"{admin}/readyz"), what="draining")
+        again = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(process.wait, 15)
+    assert time.monotonic() - again < 10
 
 
 @pytest.mark.asyncio

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -22,11 +23,12 @@ pytestmark = pytest.mark.integration
 
 
 def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie its new parent has yet to reap."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
 
 
 def free_port_pair() -> int:
@@ -112,6 +114,31 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
     assert up.returncode == 0, rest
     assert "stopped" in rest
     assert [p for p in pids if alive(p)] == []
+
+
+@pytest.mark.timeout(120)
+def test_up_killed_outright_leaves_nothing_running(tmp_path):
+    argv = up_argv(tmp_path, free_port())
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    up = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        output = output_until_up(up)
+        pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        assert len(pids) == 7 and all(alive(p) for p in pids), output
+        up.kill()  # SIGKILL: no chance to stop anything itself
+        up.wait(10)
+        deadline = time.monotonic() + 15
+        while any(alive(p) for p in pids):
+            assert time.monotonic() < deadline, [p for p in pids if alive(p)]
+            time.sleep(0.1)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        assert up.stdout is not None
+        up.stdout.close()
 
 
 def command_lines() -> str:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sidecar.tooling.stack.reaper import Reaper
+
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (Linux /proc), for the benches."""
@@ -49,6 +51,16 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+# Told of every process started and stopped here, when set (`up`: stack/reaper.py).
+_reaper: Reaper | None = None
+
+
+def reaped_by(reaper: Reaper | None) -> None:
+    """From now on, `reaper` ends what is started here should this process die first."""
+    global _reaper
+    _reaper = reaper
+
+
 class StackError(RuntimeError):
     """A component did not start or did not become ready."""
 
@@ -82,6 +94,8 @@ class ManagedProcess:
                 # between fork and exec deadlocks when the parent has threads, as gRPC's.)
                 start_new_session=True,
             )
+        if _reaper is not None:  # its own session: its pid names its process group
+            _reaper.started(self._process.pid)
 
     def start_ready(self, check: Callable[[], bool]) -> ManagedProcess:
         """Start, and wait until `check` holds; a process that never gets there is stopped."""
@@ -126,6 +140,8 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if _reaper is not None:
+            _reaper.stopped(process.pid)
         return process.returncode
 
     def log_tail(self, lines: int = 30) -> str:
