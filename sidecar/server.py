@@ -16,12 +16,14 @@ import redis.asyncio as redis
 from aiohttp import web
 from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from envoy.service.runtime.v3 import rtds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect, shutdown
 from sidecar.admin import admin_app
 from sidecar.config.audit import Actor
 from sidecar.config.file_watch import FileWatch
+from sidecar.config.runtime_layer import RuntimeLayerService
 from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
@@ -129,6 +131,9 @@ class SidecarServer:
         self.admin_token = settings.admin_token or secrets.token_urlsafe(24)
         self.watcher.on_change(lambda snapshot: self.metrics.config_version.set(snapshot.version))
         self.watcher.on_put_back(lambda _snapshot: self.metrics.config_put_back.inc())
+        # The mode, for Envoy to keep should this sidecar be gone (config/runtime_layer.py).
+        self._runtime_layer = RuntimeLayerService(lambda: self.watcher.current.mode)
+        self.watcher.on_change(lambda _snapshot: self._runtime_layer.changed())
         self.metrics.config_invalid.set_function(lambda: float(self.watcher.problem is not None))
         reports = ReportStore(self.redis)
         sidecar_id = self.worker.owner if self.worker else secrets.token_hex(4)
@@ -255,6 +260,7 @@ class SidecarServer:
             await part.start()
         load_report_pb2_grpc.add_LoadReporterServicer_to_server(self._load_reporter, self._grpc)
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(self._access_log, self._grpc)
+        rtds_pb2_grpc.add_RuntimeDiscoveryServiceServicer_to_server(self._runtime_layer, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
             ExternalProcessor(
                 self.decider, self.metrics, self.ends.stream_ended, self.ends.first_byte
@@ -306,6 +312,7 @@ class SidecarServer:
         self._ready = False
         await self._health.enter_graceful_shutdown()
         log.info("draining", extra={"grace_seconds": self.settings.drain_seconds})
+        self._runtime_layer.close()  # Envoy's subscription would hold the drain
         draining = asyncio.ensure_future(self._grpc.stop(self.settings.drain_seconds))
         hurried = asyncio.ensure_future((now or asyncio.Event()).wait())
         await asyncio.wait((draining, hurried), return_when=asyncio.FIRST_COMPLETED)

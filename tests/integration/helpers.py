@@ -271,3 +271,16 @@ async def chat_exchange(
             if leave_after is not None and lines >= leave_after:
                 return None
     return usage
+
+
+def envoy_figure(stack, name: str) -> str | None:
+    """One figure from Envoy's admin: a runtime value, or a stat."""
+    if name.startswith("qos."):
+        with urllib.request.urlopen(f"{stack.envoy_admin_url}/runtime", timeout=5) as response:
+            entry = json.load(response)["entries"].get(name)
+        return None if entry is None else entry["final_value"]
+    with urllib.request.urlopen(
+        f"{stack.envoy_admin_url}/stats?filter=^{name}$", timeout=5
+    ) as response:
+        text = response.read().decode()
+    return text.split(":", 1)[1].strip() if ":" in text else None

@@ -14,7 +14,7 @@ import yaml
 
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.processes import children
-from tests.integration.helpers import scrape, stack_with_tenants, wait_until
+from tests.integration.helpers import envoy_figure, scrape, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -120,3 +120,63 @@ async def test_the_dashboard_and_its_api_answer_on_the_one_admin_port(workers_st
             cookie = answer.headers["Set-Cookie"].split(";", 1)[0]
         async with session.get(f"{admin}/dashboard", headers={"Cookie": cookie}) as page:
             assert page.status == 200 and "<html" in (await page.text()).lower()
+
+
+async def served_as(session, stack, key: str | None) -> tuple[int, str | None]:
+    """One chat: its status, and the tier the GPU saw (None: it passed without a
+    decision, Envoy failing open) or the sidecar's refusal."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    async with session.post(
+        f"{stack.envoy_url}/v1/chat/completions", json=body, headers=headers
+    ) as answer:
+        await answer.read()
+        decided = answer.headers.get("x-qos-decision")
+        return answer.status, decided or answer.headers.get("x-mock-saw-x-qos-tier")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["core-only", "normal"])
+async def test_a_worker_killed_under_load(workers_stack, mode):
+    """In core-only it opens nothing; in normal mode no client sees it fail."""
+    stack = workers_stack
+    supervisor = stack.process("sidecar").pid
+    ready = f"{stack.sidecar_admin_url}/readyz"
+    await wait_until(
+        lambda: len(children(supervisor)) == 2 and readiness.http_ok(ready),
+        within=30,
+        what="both workers ready (one may be starting again after the last test)",
+    )
+    stack.config.mode(mode)
+    layer = "100" if mode == "core-only" else "0"
+    await wait_until(lambda: envoy_figure(stack, "qos.core_only") == layer, what="the layer")
+    results: list[tuple[int, str | None]] = []
+    stopping = asyncio.Event()
+
+    async def client(key: str | None) -> None:
+        async with aiohttp.ClientSession() as session:
+            while not stopping.is_set():
+                results.append(await served_as(session, stack, key))
+
+    try:
+        clients = [asyncio.ensure_future(client(k)) for k in (None, None, KEY, KEY)]
+        await wait_until(lambda: len(results) >= 40, what="load running")
+        os.kill(children(supervisor)[0], signal.SIGKILL)
+        killed_at = len(results)
+        await wait_until(lambda: len(results) >= killed_at + 80, within=30, what="load after")
+        stopping.set()
+        await asyncio.gather(*clients)
+    finally:
+        stopping.set()
+        stack.config.mode("normal")
+    undecided = [r for r in results if r[0] == 200 and r[1] is None]
+    failed_closed = sum(1 for status, _ in results if status == 503)
+    print(f"{mode}: {len(results)} requests; as the worker died {len(undecided)} passed")
+    print(f"undecided (failing open), {failed_closed} were refused (failing closed)")
+    if mode == "core-only":
+        # Nothing passed undecided: every answer is a decision (here every tier's
+        # fallback) or, for what the dead worker held, a refusal that failed closed.
+        assert undecided == [] and failed_closed <= 8
+        assert {tier for status, tier in results if status == 200} == {"shed_core_only"}
+    else:
+        assert {status for status, _ in results} == {200}  # no client saw it
