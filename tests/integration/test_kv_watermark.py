@@ -8,8 +8,11 @@ import asyncio
 import contextlib
 
 import aiohttp
+import grpc
 import pytest
 
+from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
+from sidecar.loops.overload import report_auth
 from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import scrape, wait_until
 
@@ -127,3 +130,23 @@ async def test_tiers_are_shed_as_kv_fills_and_come_back_as_it_drains(kv_stack):
         )
         assert free_kv(kv_stack) > 0.17
         assert [await probe(session, url, t) for t in KEYS] == ["admit"] * 3
+
+
+async def test_a_report_without_the_token_changes_no_decision(kv_stack):
+    """A pod said full by someone who reached the gRPC port, without the report token:
+    refused, and P2 is admitted through Envoy as before."""
+    fake = load_report_pb2.LoadReport(
+        pod_id="evil-pod", kv_cache_usage=0.99, kv_blocks_total=100_000, num_requests_waiting=500
+    )
+    async with grpc.aio.insecure_channel(kv_stack.sidecar_grpc) as channel:
+        stub = load_report_pb2_grpc.LoadReporterStub(channel)
+        for metadata in (None, report_auth.credentials("a-guess")):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Report(fake, timeout=5, metadata=metadata)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    async with aiohttp.ClientSession() as session:
+        for _ in range(5):
+            assert await probe(session, kv_stack.envoy_url, "p2") == "admit"
+    samples = scrape(f"{kv_stack.sidecar_admin_url}/metrics")
+    assert samples['qos_load_reports_refused_total{reason="unauthenticated"}'] >= 2
+    assert 'qos_pod_kv_cache_usage_ratio{pod="evil-pod"}' not in samples
