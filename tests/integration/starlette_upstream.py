@@ -16,7 +16,12 @@ RECORD: list[dict[str, object]] = []
 
 
 async def served(request: Request) -> Response:
-    return JSONResponse({"served": request.url.path})
+    """The path it was served on, and the JSON body as it arrived (None: not JSON)."""
+    try:
+        received = await request.json()
+    except ValueError:
+        received = None
+    return JSONResponse({"served": request.url.path, "received": received})
 
 
 async def recorded(_request: Request) -> Response:

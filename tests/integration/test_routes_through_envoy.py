@@ -22,6 +22,7 @@ from tests.integration.helpers import scrape, stack_with_tenants
 pytestmark = pytest.mark.integration
 
 P2_KEY = "routes-p2"
+P0_KEY = "routes-p0"
 USER = {"role": "user", "content": "where is my parcel?"}
 BOUNDARY = "qosb0undary"
 AUDIO = (
@@ -67,7 +68,8 @@ def gateway(tmp_path_factory):
     """The stack's sidecar, and a second Envoy from the shipped config whose upstream is
     the recording Starlette server."""
     work = tmp_path_factory.mktemp("routes")
-    with stack_with_tenants(work, {"routes": ("p2", P2_KEY)}, replicas=1) as stack:
+    tenants = {"routes": ("p2", P2_KEY), "routes-pay": ("p0", P0_KEY)}
+    with stack_with_tenants(work, tenants, replicas=1) as stack:
         port = free_port()
         upstream = ManagedProcess(
             "starlette",
@@ -93,11 +95,11 @@ def gateway(tmp_path_factory):
             upstream.stop()
 
 
-def send(port: int, method: str, path: str, body: dict | bytes | None = None):
+def send(port: int, method: str, path: str, body: dict | bytes | None = None, key: str = P2_KEY):
     """One request with the path exactly as written; (status, headers, body). A body given
     as bytes is sent as it is: the audio upload, or JSON already written."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Authorization": f"Bearer {P2_KEY}"}
+    headers = {"Authorization": f"Bearer {key}"}
     raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body else None
     if raw is not None:
         upload = raw.startswith(f"--{BOUNDARY}".encode())
@@ -204,6 +206,20 @@ def test_unknown_posts_are_refused_in_the_openai_shape_unless_configured(gateway
         assert [r["path"] for r in recorded(upstream)[seen:]] == ["/v1/brand/new"]
     finally:
         stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
+
+
+def test_a_p0_request_with_many_answers_never_decodes_past_the_tiers_cap(gateway):
+    _stack, listen, _upstream = gateway
+    for asked, each in (({"n": 64, "max_tokens": 512}, 8), ({"n": 4}, 128), ({"n": 1}, 512)):
+        body = {"model": "mock-llm", "messages": [USER], **asked}
+        status, _headers, answer = send(listen, "POST", "/v1/chat/completions", body, P0_KEY)
+        received = json.loads(answer)["received"]
+        assert status == 200 and received["max_tokens"] == each, (asked, received)
+        assert received.get("n", 1) * received["max_tokens"] <= 512
+    too_many = {"model": "mock-llm", "messages": [USER], "n": 513}
+    status, headers, answer = send(listen, "POST", "/v1/chat/completions", too_many, P0_KEY)
+    assert (status, headers["x-qos-decision"]) == (400, "invalid_request")
+    assert json.loads(answer)["error"]["param"] == "n"
 
 
 def test_the_client_port_serves_the_api_and_none_of_the_engines_insides(gateway):

@@ -8,8 +8,10 @@ from sidecar.config.base import FallbackKind
 from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.answers.openai import FINISH_REASON
-from sidecar.request.bodies.openai import read_chat
+from sidecar.request.bodies.limits import InvalidRequest
+from sidecar.request.bodies.openai import read_chat, read_completions
 from sidecar.request.bodies.parsed import ParsedRequest, ResponseShape, TextForm
+from sidecar.request.policy.cost import price
 from sidecar.request.policy.guards import apply_guards
 from sidecar.request.policy.responses import respond
 
@@ -28,6 +30,28 @@ def test_p0_output_is_capped_when_absent_or_above_the_cap():
     assert (both["max_tokens"], both["max_completion_tokens"]) == (512, 512)
     assert apply_guards(chat(max_tokens=100), P0, "p0", 10) is None  # under the cap
     assert apply_guards(chat(max_tokens=4000), P2, "p2", 10) is None  # no cap on P2
+
+
+def test_p0_output_cap_is_the_requests_total_over_every_answer_asked_for():
+    # n answers share the cap: the engine never decodes more than 512 tokens in all.
+    assert apply_guards(chat(n=64, max_tokens=512), P0, "p0", 10)["max_tokens"] == 8
+    assert apply_guards(chat(n=4), P0, "p0", 10)["max_tokens"] == 128
+    assert apply_guards(chat(n=3, best_of=5, max_tokens=512), P0, "p0", 10)["max_tokens"] == 102
+    listed = read_completions({"prompt": ["a", "b"], "n": 2, "max_tokens": 512})
+    assert apply_guards(listed, P0, "p0", 10)["max_tokens"] == 128
+    with pytest.raises(Refusal) as refused:
+        apply_guards(chat(n=600), P0, "p0", 10)
+    assert (refused.value.reason, refused.value.param) == (Reason.INVALID_REQUEST, "n")
+    assert "600 answers" in refused.value.message
+
+
+def test_every_answer_asked_for_is_reserved():
+    tier = P2.model_copy(update={"expected_output_tokens": 100, "max_tokens_cap": None})
+    assert price(tier, 10, chat(n=64, max_tokens=50).output).expected_output == 64 * 50
+    assert price(tier, 10, chat(n=2).output).expected_output == 200
+    assert price(P0, 10, chat(n=64, max_tokens=512).output).expected_output == 512
+    with pytest.raises(InvalidRequest):
+        chat(n=0)
 
 
 def test_long_prompts_are_refused_for_the_tier_that_limits_them():

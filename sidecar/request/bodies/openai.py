@@ -34,7 +34,8 @@ def read_chat(body: dict[str, Any]) -> ParsedRequest:
     messages = bounded_list(body.get("messages"), "messages")
     _conversation(collected, messages, "messages")
     collected.json(body.get("tools"))
-    return _parsed(RouteKind.CHAT, body, collected, TOKENS_PER_MESSAGE * len(messages))
+    overhead = TOKENS_PER_MESSAGE * len(messages)
+    return _parsed(RouteKind.CHAT, body, collected, overhead, _answers(body))
 
 
 def read_completions(body: dict[str, Any]) -> ParsedRequest:
@@ -46,7 +47,10 @@ def read_completions(body: dict[str, Any]) -> ParsedRequest:
     elif isinstance(prompt, list):
         bounded_list(prompt, "prompt", most=MAX_TOKEN_IDS)
         collected.texts.extend(p for p in prompt if isinstance(p, str))
-    return _parsed(RouteKind.COMPLETIONS, body, collected, token_id_prompts(prompt))
+    # Each prompt of a list (of strings, or of token-id lists) is completed on its own.
+    prompts = len(prompt) if isinstance(prompt, list) and not _is_int(prompt[0]) else 1
+    fixed = token_id_prompts(prompt)
+    return _parsed(RouteKind.COMPLETIONS, body, collected, fixed, _answers(body, prompts))
 
 
 def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
@@ -64,7 +68,14 @@ def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
         overhead += TOKENS_PER_MESSAGE * len(conversation)
     # The other fields are the chat API's.
     _check({**body, "messages": [{"role": "user"}]}, chat=True)
-    return _parsed(RouteKind.CHAT_BATCH, body, collected, overhead, len(conversations))
+    answers = _answers(body, len(conversations))
+    return _parsed(RouteKind.CHAT_BATCH, body, collected, overhead, answers)
+
+
+def _answers(body: dict[str, Any], prompts: int = 1) -> int:
+    """The answers the engine generates: `n` of each prompt, or `best_of` when larger
+    (it generates them all and returns the best `n`)."""
+    return max(positive_int(body, "n") or 1, positive_int(body, "best_of") or 1) * prompts
 
 
 def _conversation(collected: Collected, messages: list[Any], where: str) -> None:

@@ -53,11 +53,17 @@ class OutputLimit:
     fields: tuple[FieldPath, ...]  # the names it is read from, the first set one wins
     requested: int | None  # None: the client set none
     default_field: FieldPath  # where a tier's cap is written when none is set
-    per_request: int = 1  # answers the request asks for (a batch's conversations)
+    # Answers the request asks for: `n` (or `best_of`, which the engine generates and
+    # ranks) for each prompt, of each of a batch's conversations.
+    per_request: int = 1
 
     @property
     def param(self) -> str:
         return ".".join(self.default_field)
+
+    def each_within(self, total: int) -> int:
+        """The most each answer may take for all of them to stay within `total`."""
+        return total // self.per_request
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ def price(tier: TierConfig, prompt_tokens: int, output: OutputLimit | None) -> C
     if output is None:
         return Charge(prompt_tokens, 0, tier.weight, tier.output_weight)
     asked = output.requested if output.requested is not None else tier.expected_output_tokens
-    expected = min(asked, tier.max_tokens_cap) if tier.max_tokens_cap else asked
+    cap = tier.max_tokens_cap
+    expected = max(1, min(asked, output.each_within(cap))) if cap else asked
     return Charge(prompt_tokens, expected * output.per_request, tier.weight, tier.output_weight)
 
 

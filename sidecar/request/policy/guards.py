@@ -21,9 +21,20 @@ def apply_guards(
             f"accepts at most {tier.max_prompt_tokens}. Shorten the prompt.",
             param=request.prompt_param,
         )
-    cap, output = tier.max_tokens_cap, request.output
-    if cap is None or output is None or not request.json_body:
+    total, output = tier.max_tokens_cap, request.output
+    if total is None or output is None or not request.json_body:
         return None
+    # The cap is the request's, whatever number of answers it asks for: each gets its
+    # share of it (`n` answers of at most cap/n tokens), none gets nothing.
+    cap = output.each_within(total)
+    if cap < 1:
+        raise Refusal(
+            Reason.INVALID_REQUEST,
+            f"This request asks for {output.per_request} answers; the {tier_name.upper()} "
+            f"tier allows at most {total} tokens of output in all, so at most {total} "
+            "answers. Ask for fewer.",
+            param="n",
+        )
     body = request.body
     present = [path for path in output.fields if _get(body, path) is not None]
     if not present:
