@@ -208,6 +208,27 @@ def test_unknown_posts_are_refused_in_the_openai_shape_unless_configured(gateway
         stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
 
 
+def test_the_same_text_costs_about_the_same_wherever_the_template_renders_it(gateway):
+    stack, listen, _upstream = gateway
+    text = "the parcel left the depot at nine and reaches the customer by noon " * 60
+    call = {"type": "function", "function": {"name": "track", "arguments": text}}
+    use = {"type": "tool_use", "id": "t", "name": "track", "input": {"note": text}}
+    chat = "/v1/chat/completions"
+    bodies = {
+        "content": ("chat", chat, [{"role": "user", "content": text}]),
+        "tool_calls": ("chat", chat, [{"role": "assistant", "tool_calls": [call]}]),
+        "tool_use": ("messages", "/v1/messages", [{"role": "assistant", "content": [use]}]),
+    }
+    costs = {}
+    for name, (route, path, messages) in bodies.items():
+        before = charged(stack, route)
+        status, headers, _ = send(listen, "POST", path, {"messages": messages, "max_tokens": 5})
+        assert status == 200 and "x-qos-decision" not in headers, (name, headers)
+        costs[name] = charged(stack, route) - before
+    for cost in costs.values():
+        assert 0.95 * costs["content"] <= cost <= 1.05 * costs["content"], costs
+
+
 def test_a_p0_request_with_many_answers_never_decodes_past_the_tiers_cap(gateway):
     _stack, listen, _upstream = gateway
     for asked, each in (({"n": 64, "max_tokens": 512}, 8), ({"n": 4}, 128), ({"n": 1}, 512)):
@@ -252,7 +273,8 @@ READ_FIELDS = [
     "model", "messages", "prompt", "input", "instructions", "max_tokens", "max_output_tokens",
     "max_completion_tokens", "stream", "stream_options", "system", "tools", "content",
     "previous_response_id", "inputs", "text", "input_ids", "token_ids", "parameters",
-    "sampling_params", "query", "documents", "priority",
+    "sampling_params", "query", "documents", "priority", "n", "best_of",
+    "chat_template_kwargs",
 ]  # fmt: skip
 DEEP = "__deep__"
 

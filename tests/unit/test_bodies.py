@@ -43,6 +43,55 @@ def test_chat_costs_what_it_always_did():
     assert parsed.stream and parsed.usage_in_stream
 
 
+TEXT = "the parcel left the depot at nine and reaches the customer by noon " * 60
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"messages": [{"role": "user", "content": TEXT}]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "track", "arguments": TEXT}}
+                    ],
+                }
+            ]
+        },
+        {"messages": [{"role": "assistant", "content": "", "reasoning_content": TEXT}]},
+        {"messages": [{"role": "assistant", "content": "", "reasoning": TEXT}]},
+        {"messages": [{"role": "user", "content": "", "name": TEXT}]},
+        {"messages": [{"role": "user", "content": "hi"}], "documents": [{"text": TEXT}]},
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "chat_template_kwargs": {"enable_thinking": False, "context": TEXT},
+        },
+        {"messages": [{"role": "assistant", "function_call": {"name": "f", "arguments": TEXT}}]},
+    ],
+    ids=["content", "tool_calls", "reasoning_content", "reasoning", "name", "documents",
+         "chat_template_kwargs", "function_call"],
+)  # fmt: skip
+def test_text_costs_about_the_same_in_every_field_a_template_renders(where):
+    in_content = tokens(
+        parse("/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]})
+    )
+    here = tokens(parse("/v1/chat/completions", where))
+    assert 0.97 * in_content <= here <= 1.05 * in_content, (here, in_content)
+
+
+def test_tool_call_arguments_given_as_an_object_count_as_json():
+    call = {"function": {"name": "track", "arguments": {"note": TEXT}}}
+    body = {"messages": [{"role": "assistant", "tool_calls": [call]}]}
+    assert (
+        json.dumps({"note": TEXT}, separators=(",", ":"))
+        in parse("/v1/chat/completions", body).prompt.texts
+    )
+    with pytest.raises(InvalidRequest, match="tool_calls"):
+        parse("/v1/chat/completions", {"messages": [{"role": "assistant", "tool_calls": 7}]})
+
+
 def test_images_are_not_free():
     part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 9000}}
     low = {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}

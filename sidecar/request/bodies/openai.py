@@ -33,7 +33,7 @@ def read_chat(body: dict[str, Any]) -> ParsedRequest:
     collected = Collected()
     messages = bounded_list(body.get("messages"), "messages")
     _conversation(collected, messages, "messages")
-    collected.json(body.get("tools"))
+    _template_inputs(collected, body)
     overhead = TOKENS_PER_MESSAGE * len(messages)
     return _parsed(RouteKind.CHAT, body, collected, overhead, _answers(body))
 
@@ -68,6 +68,7 @@ def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
         overhead += TOKENS_PER_MESSAGE * len(conversation)
     # The other fields are the chat API's.
     _check({**body, "messages": [{"role": "user"}]}, chat=True)
+    _template_inputs(collected, body)
     answers = _answers(body, len(conversations))
     return _parsed(RouteKind.CHAT_BATCH, body, collected, overhead, answers)
 
@@ -78,10 +79,37 @@ def _answers(body: dict[str, Any], prompts: int = 1) -> int:
     return max(positive_int(body, "n") or 1, positive_int(body, "best_of") or 1) * prompts
 
 
+# A message's fields besides its content that chat templates render into the prompt.
+_MESSAGE_TEXTS = ("name", "reasoning_content", "reasoning", "tool_call_id")
+
+
 def _conversation(collected: Collected, messages: list[Any], where: str) -> None:
+    """Every field of each message a chat template renders: its content, its name, its
+    reasoning, the tool calls it made (their names and arguments)."""
     for index, message in enumerate(bounded_list(messages, where)):
-        if isinstance(message, dict):
-            collected.content(message.get("content"), f"{where}[{index}].content")
+        if not isinstance(message, dict):
+            continue
+        collected.content(message.get("content"), f"{where}[{index}].content")
+        for key in _MESSAGE_TEXTS:
+            if isinstance(message.get(key), str):
+                collected.texts.append(message[key])
+        calls = message.get("tool_calls")
+        legacy = message.get("function_call")
+        for call in [*bounded_list(calls, f"{where}[{index}].tool_calls"), legacy]:
+            function = call.get("function", call) if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                if isinstance(function.get("name"), str):
+                    collected.texts.append(function["name"])
+                if function.get("arguments") is not None:
+                    collected.text_or_json(function["arguments"])
+
+
+def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
+    """What the chat template renders from outside the messages: tool schemas, documents
+    (retrieval), and the strings among the template's own arguments."""
+    collected.json(body.get("tools"))
+    collected.json(body.get("documents"))
+    collected.strings(body.get("chat_template_kwargs"))
 
 
 def _parsed(

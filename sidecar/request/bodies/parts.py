@@ -73,6 +73,26 @@ class Collected:
         if value:
             self.texts.append(json.dumps(value, separators=(",", ":")))
 
+    def text_or_json(self, value: Any) -> None:
+        """A string as it is, any other JSON value as JSON (tool-call arguments are a
+        JSON string in OpenAI's API, an object in some clients')."""
+        if isinstance(value, str):
+            self.texts.append(value)
+        else:
+            self.json(value)
+
+    def strings(self, value: Any) -> None:
+        """Every string inside a JSON value (a template's own arguments: what of them it
+        renders is text; flags and numbers are not)."""
+        if isinstance(value, str):
+            self.texts.append(value)
+        elif isinstance(value, dict):
+            for inner in value.values():
+                self.strings(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                self.strings(inner)
+
 
 def low_detail(part: dict[str, Any], media: Media) -> Media:
     if media is not Media.IMAGE:
