@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from sidecar.config.base import Tier
+from sidecar.config.template import TemplateConfig
 
 if TYPE_CHECKING:
     from sidecar.config.schema import FleetConfig, QosConfig, TiersConfig
@@ -38,6 +39,8 @@ class Pool:
     # The model a request overflowing to the pool is rewritten to (its first named).
     model: str = ""
     max_model_len: int | None = None  # the longest context its model takes
+    # What its model's chat template renders, where templates differ.
+    template: TemplateConfig = field(default_factory=TemplateConfig)
 
     @property
     def capacity_tokens_per_second(self) -> float:
@@ -87,7 +90,14 @@ def resolve(config: QosConfig) -> Pools:
     if not config.pools:
         if any(config.tiers[tier].overflow for tier in Tier):
             raise PoolsInvalid("tiers.*.overflow: name pools to overflow to under pools")
-        pool = Pool(DEFAULT_POOL, frozenset(), config.fleet, config.tiers, config.slo.targets)
+        pool = Pool(
+            DEFAULT_POOL,
+            frozenset(),
+            config.fleet,
+            config.tiers,
+            config.slo.targets,
+            template=config.template,
+        )
         return Pools({DEFAULT_POOL: pool})
     by_name: dict[str, Pool] = {}
     by_model: dict[str, Pool] = {}
@@ -109,8 +119,17 @@ def resolve(config: QosConfig) -> Pools:
         slo = _over(TierSlos, config.slo.targets, settings.slo_targets, f"{where}.slo_targets")
         shares_within_bounds(tiers, config.controller, f"{where}.tiers")
         first = settings.models[0] if settings.models else ""
+        unrendered = settings.template_unrendered
+        template = config.template if unrendered is None else TemplateConfig(unrendered=unrendered)
         pool = Pool(
-            name, frozenset(settings.models), fleet, tiers, slo, first, settings.max_model_len
+            name,
+            frozenset(settings.models),
+            fleet,
+            tiers,
+            slo,
+            first,
+            settings.max_model_len,
+            template,
         )
         by_name[name] = pool
         for model in settings.models:

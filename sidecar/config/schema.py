@@ -23,6 +23,7 @@ from sidecar.config.base import (
     deep_merge,
 )
 from sidecar.config.slo_config import ControllerConfig, SloConfig, shares_within_bounds
+from sidecar.config.template import TemplateConfig, TemplateField
 
 DEFAULT_MESSAGE = (
     "We are serving many users right now. Your place is kept: please retry in {retry_after} s."
@@ -222,6 +223,8 @@ class PoolConfig(Strict):
     tiers: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
     # Per tier, SLO targets (slo.targets.pN keys) to change for this pool.
     slo_targets: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
+    # The fields its model's chat template does not render (template.unrendered).
+    template_unrendered: frozenset[TemplateField] | None = None
 
 
 class FairnessConfig(Strict):
@@ -271,6 +274,8 @@ class QosConfig(Strict):
     # Model pools behind the one gateway; none: one pool, "default", serves every model.
     pools: dict[PoolName, PoolConfig] = Field(default_factory=dict)
     media: MediaConfig = MediaConfig()
+    # Fields some chat templates render and others do not: all counted unless named.
+    template: TemplateConfig = TemplateConfig()
     # Routes beyond the built-in table (sidecar/routes/table.py), or instead of its
     # entries: {path: kind}, a kind being chat, completions, responses, messages,
     # input_only, generate, ... to charge the route's body as that API's, `pass` to send

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import MediaConfig, QosConfig
+from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest
 from sidecar.request.bodies.parsed import Media, TextForm
 from sidecar.request.bodies.read import read
@@ -79,6 +81,32 @@ def test_text_costs_about_the_same_in_every_field_a_template_renders(where):
     )
     here = tokens(parse("/v1/chat/completions", where))
     assert 0.97 * in_content <= here <= 1.05 * in_content, (here, in_content)
+
+
+def test_a_pools_template_may_leave_fields_out_of_the_count():
+    body = {"messages": [{"role": "user", "content": "hi", "name": TEXT}], "documents": [TEXT]}
+    parsed = parse("/v1/chat/completions", body)
+    everything = tokens(parsed)
+    config = QosConfig.model_validate(
+        {
+            "template": {"unrendered": ["documents"]},
+            "pools": {
+                "plain": {"models": ["m"], "template_unrendered": ["name", "documents"]},
+                "rag": {"models": ["r"]},
+            },
+        }
+    )
+    pools = {pool.name: pool for pool in resolve_pools(config)}
+    assert pools["rag"].template.unrendered == {TemplateField.DOCUMENTS}  # the top level's
+
+    def counted(pool: str) -> int:
+        unrendered = pools[pool].template.unrendered
+        return prompt_tokens(parsed.prompt, estimate_text_tokens, MEDIA, unrendered)
+
+    assert counted("plain") == tokens(
+        parse("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    )
+    assert counted("plain") < counted("rag") < everything
 
 
 def test_tool_call_arguments_given_as_an_object_count_as_json():

@@ -110,7 +110,12 @@ class Pricing:
     ) -> Placement:
         tier, settings = identity.tier, pool.tiers[identity.tier]
         with client_input(request):
-            tokens = prompt_tokens(parsed.prompt, self._count_text, snapshot.config.media)
+            tokens = prompt_tokens(
+                parsed.prompt,
+                self._count_text,
+                snapshot.config.media,
+                pool.template.unrendered,
+            )
             guarded = apply_guards(parsed, settings, tier.value, tokens)
             charge = price(settings, tokens, parsed.output)
         leaves = None

@@ -4,8 +4,10 @@ would make vLLM fail; fields not known here pass through untouched for vLLM to j
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import (
     MAX_TOKEN_IDS,
     InvalidRequest,
@@ -79,8 +81,13 @@ def _answers(body: dict[str, Any], prompts: int = 1) -> int:
     return max(positive_int(body, "n") or 1, positive_int(body, "best_of") or 1) * prompts
 
 
-# A message's fields besides its content that chat templates render into the prompt.
-_MESSAGE_TEXTS = ("name", "reasoning_content", "reasoning", "tool_call_id")
+# A message's fields besides its content that chat templates may render into the prompt.
+_MESSAGE_TEXTS = {
+    "name": TemplateField.NAME,
+    "reasoning_content": TemplateField.REASONING,
+    "reasoning": TemplateField.REASONING,
+    "tool_call_id": TemplateField.TOOL_CALL_ID,
+}
 
 
 def _conversation(collected: Collected, messages: list[Any], where: str) -> None:
@@ -90,9 +97,8 @@ def _conversation(collected: Collected, messages: list[Any], where: str) -> None
         if not isinstance(message, dict):
             continue
         collected.content(message.get("content"), f"{where}[{index}].content")
-        for key in _MESSAGE_TEXTS:
-            if isinstance(message.get(key), str):
-                collected.texts.append(message[key])
+        for key, field in _MESSAGE_TEXTS.items():
+            collected.template_text(field, message.get(key))
         calls = message.get("tool_calls")
         legacy = message.get("function_call")
         for call in [*bounded_list(calls, f"{where}[{index}].tool_calls"), legacy]:
@@ -108,8 +114,10 @@ def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
     """What the chat template renders from outside the messages: tool schemas, documents
     (retrieval), and the strings among the template's own arguments."""
     collected.json(body.get("tools"))
-    collected.json(body.get("documents"))
-    collected.strings(body.get("chat_template_kwargs"))
+    documents = body.get("documents")
+    if documents:
+        collected.template_text(TemplateField.DOCUMENTS, json.dumps(documents))
+    collected.strings(TemplateField.CHAT_TEMPLATE_KWARGS, body.get("chat_template_kwargs"))
 
 
 def _parsed(
@@ -136,7 +144,12 @@ def _parsed(
         kind,
         body,
         shape,
-        Prompt(tuple(collected.texts), fixed, tuple(collected.media)),
+        Prompt(
+            tuple(collected.texts),
+            fixed,
+            tuple(collected.media),
+            template_texts=tuple(collected.template_texts),
+        ),
         OutputLimit(fields, requested, ("max_tokens",), answers),
         usage_in_stream=include_usage,
         prompt_param="messages" if chat else "prompt",

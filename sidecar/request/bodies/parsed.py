@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.config.template import TemplateField
 from sidecar.routes.kinds import Api, RouteKind
 
 FieldPath = tuple[str, ...]  # ("parameters", "max_new_tokens")
@@ -39,6 +40,9 @@ class Prompt:
     media: tuple[Media, ...] = ()
     stored_context: bool = False
     audio_bytes: int = 0  # an uploaded audio file's size
+    # Texts of fields some chat templates render and others do not, with their field
+    # (config/template.py): counted unless the pool's template leaves the field out.
+    template_texts: tuple[tuple[TemplateField, str], ...] = ()
 
     @property
     def estimated_from_outside(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import InvalidRequest, bounded_list
 from sidecar.request.bodies.parsed import Media
 
@@ -37,6 +38,12 @@ class Collected:
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.media: list[Media] = []
+        # Texts of fields not every chat template renders (config/template.py).
+        self.template_texts: list[tuple[TemplateField, str]] = []
+
+    def template_text(self, field: TemplateField, value: Any) -> None:
+        if isinstance(value, str):
+            self.template_texts.append((field, value))
 
     def content(self, content: Any, where: str) -> None:
         """A message's content: a string, or a list of parts."""
@@ -81,17 +88,17 @@ class Collected:
         else:
             self.json(value)
 
-    def strings(self, value: Any) -> None:
+    def strings(self, field: TemplateField, value: Any) -> None:
         """Every string inside a JSON value (a template's own arguments: what of them it
         renders is text; flags and numbers are not)."""
         if isinstance(value, str):
-            self.texts.append(value)
+            self.template_texts.append((field, value))
         elif isinstance(value, dict):
             for inner in value.values():
-                self.strings(inner)
+                self.strings(field, inner)
         elif isinstance(value, list):
             for inner in value:
-                self.strings(inner)
+                self.strings(field, inner)
 
 
 def low_detail(part: dict[str, Any], media: Media) -> Media:
