@@ -95,11 +95,12 @@ async def test_a_shorter_answer_gives_back_what_it_reserved_and_did_not_use(sett
     assert served > 0.5 * RATE * seconds, (served, len(usages))
 
 
-async def stream_usage(url: str, include_usage: bool) -> dict | None:
+async def stream_usage(url: str, include_usage: bool, n: int = 1) -> dict | None:
     body = {
-        **chat(300, ignore_eos=True),
+        **chat(300 // n, ignore_eos=True),
         "stream": True,
         **({"stream_options": {"include_usage": True}} if include_usage else {}),
+        **({"n": n} if n > 1 else {}),
     }
     usage = None
     async with (
@@ -170,3 +171,28 @@ async def test_each_exchange_is_settled_once_even_when_its_stream_is_aborted(set
     while time.monotonic() < deadline:
         assert settlement_counts(settle_stack) == (now_reserved, now_exact, now_estimated)
         await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["whole", "stream with usage", "stream without usage"])
+async def test_every_choice_of_an_answer_with_several_is_settled(settle_stack, how):
+    url = settle_stack.envoy_url
+    await wait_until(lambda: p1_in_flight(settle_stack) == 0, what="earlier exchanges ended")
+    source = "estimate" if how == "stream without usage" else "usage"
+    before = settled(settle_stack, source)
+    if how == "whole":
+        body = {**chat(100, ignore_eos=True), "n": 3}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+            ) as response,
+        ):
+            answer = await response.json()
+        assert [c["index"] for c in answer["choices"]] == [0, 1, 2]
+        assert answer["usage"]["completion_tokens"] == 300
+    else:
+        usage = await stream_usage(url, include_usage=how == "stream with usage", n=3)
+        assert usage is None if how == "stream without usage" else usage["completion_tokens"] == 300
+    await wait_until(lambda: settled(settle_stack, source) > before, what="settled")
+    counted = settled(settle_stack, source) - before
+    assert abs(counted - 300) <= 300 * 0.05, counted  # all three choices, not one

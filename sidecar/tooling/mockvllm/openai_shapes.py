@@ -74,19 +74,43 @@ class ResponseShaper:
         body.update(dict.fromkeys(tail))
         return body
 
+    def complete_many(
+        self, answers: list[tuple[str, str]], tokens: dict[str, int]
+    ) -> dict[str, Any]:
+        """A whole answer of several choices (`n`): each (text, finish reason) its own,
+        indexed in order; the usage counts them all."""
+        body = self.complete(answers[0][0], answers[0][1], tokens)
+        (template,) = body["choices"]
+        choices = []
+        for index, (text, finish_reason) in enumerate(answers):
+            choice = {**template, "index": index, "finish_reason": finish_reason}
+            if "message" in choice:
+                choice["message"] = {**choice["message"], "content": text}
+            else:
+                choice["text"] = text
+            choices.append(choice)
+        body["choices"] = choices
+        return body
+
     def chunk(
         self,
         text: str | None,
         finish_reason: str | None = None,
         *,
         first: bool = False,
+        index: int = 0,
     ) -> bytes:
         """One SSE chunk; like vLLM it has no usage field (that comes last, alone)."""
         if self.kind is RouteKind.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {
+                "index": index,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
             if finish_reason is not None:
                 choice["stop_reason"] = None
             if not first:
@@ -96,7 +120,7 @@ class ResponseShaper:
                 body.update(prompt_token_ids=None, prompt_text=None)
         else:
             choice = {
-                "index": 0,
+                "index": index,
                 "text": text or "",
                 "logprobs": None,
                 "finish_reason": finish_reason,

@@ -24,6 +24,7 @@ from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
+from sidecar.tooling.mockvllm import choices
 from sidecar.tooling.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
 from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
 from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
@@ -112,6 +113,7 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 # readers: the same bodies, the same prompt estimate.
 ROUTES = RouteTable()
 GENERATING = (RouteKind.CHAT, RouteKind.COMPLETIONS, RouteKind.RESPONSES, RouteKind.MESSAGES)
+SEVERAL = (RouteKind.CHAT, RouteKind.COMPLETIONS)  # the routes that answer `n` times
 # Headers vLLM reads from clients that change how a request is scheduled.
 PRIORITY_HEADER = "X-Vllm-Priority"
 SCHEDULING_HEADERS = (PRIORITY_HEADER, "X-data-parallel-rank")
@@ -240,24 +242,37 @@ class MockVllm:
             max_tokens = 1  # a pooling request: the prefill, no decode
         media = MediaConfig(image_tokens=self.settings.image_tokens)
         tokens_in = prompt_tokens(parsed.prompt, estimate_text_tokens, media)
+        # `n` (or `best_of`) answers of a chat or a completion: a sequence each, as vLLM
+        # runs them.
+        answers = parsed.output.per_request if parsed.kind in SEVERAL and parsed.output else 1
+        sequences: list[Sequence] = []
         try:
-            sequence = self.engine.submit(
-                tokens_in, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
-            )
+            for _ in range(answers):
+                sequences.append(
+                    self.engine.submit(
+                        tokens_in, max_tokens, priority, ignore_eos=body.get("ignore_eos") is True
+                    )
+                )
         except RequestRejected as error:
+            for sequence in sequences:
+                self.engine.abort(sequence)
             return _error(400, str(error), error.param)
+        sequence = sequences[0]
         seen = _echo(request, body, priority)
         try:
             if not generating:
                 return await self._embeddings(parsed, sequence, seen)
             shaper = self._shaper(parsed, tokens_in)
+            if len(sequences) > 1 and isinstance(shaper, ResponseShaper):
+                return await choices.answer(request, sequences, shaper, parsed, seen)
             if parsed.stream:
                 return await self._stream(request, sequence, shaper, parsed.usage_in_stream, seen)
             response = await self._whole(sequence, shaper)
             response.headers.update(seen)
             return response
         finally:
-            self.engine.abort(sequence)  # no-op once finished; frees a disconnected client's
+            for each in sequences:  # no-op once finished; frees a disconnected client's
+                self.engine.abort(each)
 
     def _shaper(self, parsed: ParsedRequest, tokens_in: int) -> Shaper:
         model = self.settings.model_name
