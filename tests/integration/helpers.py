@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 import sys
 import time
 import urllib.error
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
 from sidecar.tooling.stack.stack import Stack, StackOptions
@@ -284,3 +286,26 @@ def envoy_figure(stack, name: str) -> str | None:
     ) as response:
         text = response.read().decode()
     return text.split(":", 1)[1].strip() if ":" in text else None
+
+
+# The Kubernetes base, as `kubectl apply -k` applies it.
+KUSTOMIZATION = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+
+
+def built() -> list[dict]:
+    """What `kubectl kustomize` makes of the base, as `kubectl apply -k` would apply."""
+    output = subprocess.run(
+        ["kubectl", "kustomize", str(KUSTOMIZATION)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [document for document in yaml.safe_load_all(output) if document]
+
+
+def named(documents: list[dict], kind: str, prefix: str) -> dict:
+    (found,) = [
+        d for d in documents if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)
+    ]
+    return found

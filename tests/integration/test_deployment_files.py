@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -15,30 +14,12 @@ import yaml
 
 from sidecar.loops.scrape.targets import parse_targets
 from sidecar.tooling.stack import envoy_config
+from tests.integration.helpers import built, named
 from tests.integration.test_envoy_configs import validate
 
 pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-
-def built() -> list[dict]:
-    """What `kubectl kustomize` makes of the base, as `kubectl apply -k` would apply."""
-    output = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY / "kubernetes")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [document for document in yaml.safe_load_all(output) if document]
-
-
-def named(documents: list[dict], kind: str, prefix: str) -> dict:
-    (found,) = [
-        d for d in documents if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)
-    ]
-    return found
 
 
 def documents(path: Path) -> list[dict]:

@@ -21,7 +21,7 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.ports import free_port
 from sidecar.tooling.stack.processes import ManagedProcess
-from tests.integration.test_deployment_files import built, named
+from tests.integration.helpers import built, named
 
 pytestmark = pytest.mark.integration
 
