@@ -301,6 +301,10 @@ class ConfigStore:
 
         return await self._change(change, held, watch=(SHARES_KEY,))
 
+    async def adjustments(self, count: int = 20) -> list[dict[str, Any]]:
+        """The controller's latest adjustments, newest first."""
+        return [json.loads(x) for x in await self._redis.lrange(ADJUSTMENTS_KEY, 0, count - 1)]
+
     async def save_mode(
         self,
         mode: OperatorMode,
