@@ -28,9 +28,25 @@ SEED = 20261202
 # Large logits: the zero logit of the end token is never sampled against them.
 OUTPUT_SCALE = 4.0
 BOS, EOS = "<s>", "</s>"
+# Renders what real templates render (tool schemas, documents, a message's name, its
+# reasoning, the tool calls it made, a tool result's call id), so that counting the
+# prompt as the engine renders it is tested on more than roles and content.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{{ bos_token }}"
+    "{% if tools %}tools: {{ tools | tojson }}\n{% endif %}"
+    "{% if documents %}documents: {{ documents | tojson }}\n{% endif %}"
+    "{% for message in messages %}"
+    "{{ message['role'] }}"
+    "{% if message['name'] is defined and message['name'] %} {{ message['name'] }}{% endif %}"
+    "{% if message['tool_call_id'] is defined %} [{{ message['tool_call_id'] }}]{% endif %}: "
+    "{% if message['reasoning_content'] is defined and message['reasoning_content'] %}"
+    "<think>{{ message['reasoning_content'] }}</think>{% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% endif %}"
+    "{% if message['tool_calls'] is defined and message['tool_calls'] %}"
+    "{% for call in message['tool_calls'] %}"
+    " call {{ call['function']['name'] }}{{ call['function']['arguments'] | tojson }}"
+    "{% endfor %}{% endif %}\n"
+    "{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
 TRAINING_TEXT = [

@@ -22,7 +22,7 @@ from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.processes import ManagedProcess, descendants
 
 TINY_MODEL = Path(__file__).with_name("tiny_model.py")
-MODEL_VERSION = "tiny-llama-2x128-v1"  # a new version when tiny_model.py changes
+MODEL_VERSION = "tiny-llama-2x128-v2"  # a new version when tiny_model.py changes
 SERVED_MODEL = "mock-llm"  # the demo's and the mock's model name: requests are the same
 BLOCK_SIZE = 32  # vLLM's CPU attention takes blocks of 32 tokens
 # Loading torch and the model, on two shared cores: ~25-50 s measured.
