@@ -199,6 +199,38 @@ async def test_streamed_chunks_have_the_same_fields(idle_engine, mock, path, mak
     assert mock_chunks[-1]["usage"]["completion_tokens"] == 12
 
 
+ANSWERS = 3
+
+
+def choice_indices(answer: Any, chunks: list[dict]) -> list[int]:
+    """The choices' indices, of a whole answer or of a stream's chunks (each once)."""
+    if answer is not None:
+        return [choice["index"] for choice in answer["choices"]]
+    return sorted({choice["index"] for chunk in chunks for choice in chunk.get("choices", [])})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("path, make", ROUTES[:2])
+async def test_n_answers_come_in_the_same_shape_with_their_usage(
+    idle_engine, mock, path, make, stream
+):
+    extra: dict[str, Any] = {"n": ANSWERS}
+    if stream:
+        extra |= {"stream": True, "stream_options": {"include_usage": True}}
+    real = await post(idle_engine.url, path, make(idle_engine, **extra))
+    mocked = await post(mock.url, path, make(mock, **extra))
+    assert real[0] == mocked[0] == 200
+    for _status, answer, chunks in (real, mocked):
+        assert choice_indices(answer, chunks) == list(range(ANSWERS))
+        usage = answer["usage"] if answer is not None else chunks[-1]["usage"]
+        assert usage["completion_tokens"] == ANSWERS * 12  # every choice's tokens
+    if stream:
+        for pick in (0, -2, -1):
+            assert shape(mocked[2][pick]) == shape(real[2][pick]), pick
+    else:
+        assert shape(mocked[1]) == shape(real[1])
+
+
 async def test_a_bad_request_gets_the_same_error(idle_engine, mock):
     bad = chat(idle_engine, max_tokens=idle_engine.settings.max_model_len * 2)
     real = await post(idle_engine.url, "/v1/chat/completions", bad)

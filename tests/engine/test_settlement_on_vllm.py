@@ -65,6 +65,26 @@ async def test_whole_and_streamed_answers_settle_from_vllm_s_usage(settle_stack,
 
 
 @pytest.mark.timeout(600)
+async def test_every_choice_of_an_n_answer_is_settled(settle_stack, idle_engine):
+    answers = 3
+    reserved, exact, estimated = settlement_counts(settle_stack)
+    for stream in (False, True):
+        asked = {**body(idle_engine, stream=stream, include_usage=stream), "n": answers}
+        usage = await chat_exchange(settle_stack.envoy_url, KEY, asked)
+        assert usage is not None and usage["completion_tokens"] == answers * ANSWER_TOKENS
+    settled = 2 * answers * ANSWER_TOKENS
+    await until(lambda: settlement_counts(settle_stack)[1] == exact + settled, 30, "settled")
+    assert settlement_counts(settle_stack) == (reserved + settled, exact + settled, estimated)
+
+    # Streamed without its usage: every choice's chunks are sized.
+    asked = {**body(idle_engine, stream=True), "n": answers}
+    assert await chat_exchange(settle_stack.envoy_url, KEY, asked) is None
+    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled by estimate")
+    guess = settlement_counts(settle_stack)[2] - estimated
+    assert abs(guess - answers * ANSWER_TOKENS) <= ESTIMATE_TOLERANCE * answers * ANSWER_TOKENS
+
+
+@pytest.mark.timeout(600)
 async def test_a_stream_its_client_leaves_frees_the_engine_and_its_slot(settle_stack, idle_engine):
     engine = idle_engine
     generated = engine.metric("vllm:generation_tokens_total")
