@@ -51,7 +51,7 @@ import profiling
 import redis
 
 from sidecar.ports import free_port
-from sidecar.request.bodies.tokens import estimate_prompt_tokens
+from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.processors import split_option, start_processor
 from sidecar.tooling.stack import envoy_config
 from sidecar.tooling.stack.admin_client import scrape

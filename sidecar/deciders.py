@@ -13,7 +13,9 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.refunds import Refunds
-from sidecar.request.bodies.tokens import TextCounter, TokenizerCounter, estimate_text_tokens
+from sidecar.request.counting import PromptCounter
+from sidecar.request.counting.estimate import estimate
+from sidecar.request.counting.exact import ExactCounter
 from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import AdmitAll, Decider
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -22,10 +24,11 @@ from sidecar.settings import SidecarSettings
 DECIDERS = ("admission", "admit-all")
 
 
-def text_counter(settings: SidecarSettings) -> TextCounter:
+def prompt_counter(settings: SidecarSettings) -> PromptCounter:
     if settings.tokenizer_file:
-        return TokenizerCounter(Path(settings.tokenizer_file)).count_text
-    return estimate_text_tokens
+        template = Path(settings.chat_template_file) if settings.chat_template_file else None
+        return ExactCounter(Path(settings.tokenizer_file), template)
+    return estimate
 
 
 def build_decider(
@@ -46,7 +49,7 @@ def build_decider(
             snapshot=watcher.snapshot,
             identity=IdentityResolver(ConfigStore(client).tenant_for_key_hash),
             limiter=limiter,
-            count_text=text_counter(settings),
+            count_prompt=prompt_counter(settings),
             shedding=monitor.shedding if monitor else SheddingState,
             queue=queue,
             projection=monitor,

@@ -35,7 +35,13 @@ class SidecarSettings:
         "admission", "QOS_DECIDER", "decision policy: admission, or admit-all (QoS off)"
     )
     tokenizer_file: str = setting(
-        "", "QOS_TOKENIZER_FILE", "the model's tokenizer.json for exact prompt counts"
+        "",
+        "QOS_TOKENIZER_FILE",
+        "the model's tokenizer.json for exact prompt counts (its chat template is read "
+        "from tokenizer_config.json or chat_template.jinja beside it)",
+    )
+    chat_template_file: str = setting(
+        "", "QOS_CHAT_TEMPLATE_FILE", "the model's chat template, when not beside its tokenizer"
     )
     drain_seconds: float = setting(
         10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"

@@ -18,7 +18,7 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.limiter.resilient import ResilientLimiter
 from sidecar.request.policy.decision import Admit, Admitted, RequestView, Respond
@@ -103,9 +103,7 @@ async def begin(decider, view: RequestView) -> Begun:
 
 def decider(limiter: FakeLimiter, **config) -> AdmissionDirector:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS)
-    return AdmissionDirector(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens
-    )
+    return AdmissionDirector(lambda: snapshot, IdentityResolver(lookup), limiter, estimate)
 
 
 # A prompt of 14 tokens: it fits the capped tenant's 50-token bucket.
@@ -292,7 +290,7 @@ class Shedding:
 def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDirector:
     snapshot = Snapshot(1, QosConfig.from_partial(config), TENANTS, mode or OperatorMode())
     return AdmissionDirector(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, shedding
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate, shedding
     )
 
 
@@ -333,7 +331,7 @@ def queued_decider(
     snapshot = Snapshot(1, qos, TENANTS)
     admission = AdmissionQueue(lambda: qos)
     decider = AdmissionDirector(
-        lambda: snapshot, IdentityResolver(lookup), limiter, estimate_text_tokens, queue=admission
+        lambda: snapshot, IdentityResolver(lookup), limiter, estimate, queue=admission
     )
     return decider, admission
 

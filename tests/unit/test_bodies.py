@@ -12,7 +12,8 @@ from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest
 from sidecar.request.bodies.parsed import Media, TextForm
 from sidecar.request.bodies.read import read
-from sidecar.request.bodies.tokens import estimate_prompt_tokens, estimate_text_tokens
+from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate, estimate_prompt_tokens
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.kinds import Api, RouteKind
@@ -28,7 +29,7 @@ def parse(path: str, body: dict, headers: dict | None = None):
 
 
 def tokens(parsed) -> int:
-    return prompt_tokens(parsed.prompt, estimate_text_tokens, MEDIA)
+    return prompt_tokens(parsed.prompt, estimate(parsed), MEDIA)
 
 
 def test_chat_costs_what_it_always_did():
@@ -101,7 +102,7 @@ def test_a_pools_template_may_leave_fields_out_of_the_count():
 
     def counted(pool: str) -> int:
         unrendered = pools[pool].template.unrendered
-        return prompt_tokens(parsed.prompt, estimate_text_tokens, MEDIA, unrendered)
+        return prompt_tokens(parsed.prompt, estimate(parsed, unrendered), MEDIA)
 
     assert counted("plain") == tokens(
         parse("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})

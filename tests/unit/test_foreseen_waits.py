@@ -13,7 +13,7 @@ from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.pricing import MAX_WAIT_HEADER, max_wait
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.policy.decision import Admit, Respond
 from sidecar.request.queueing.forecast import (
     FirstTokenTimes,
@@ -108,7 +108,7 @@ def decider_with_clock(clock: Clock, **config) -> tuple[AdmissionDirector, Admis
         lambda: snapshot,
         IdentityResolver(lookup),
         FakeLimiter(),
-        estimate_text_tokens,
+        estimate,
         queue=admission,
         clock=clock,
     )

@@ -17,7 +17,7 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.extproc.exchange import Exchange
 from sidecar.request.limiter.buckets import Verdict
 
@@ -103,9 +103,7 @@ header_names = st.sampled_from(
     body=st.binary(max_size=200) | st.just(b'{"messages":[{"role":"user","content":"x"}]}'),
 )
 def test_any_headers_and_body_get_a_decision_never_an_exception(headers, body):
-    decider = AdmissionDirector(
-        lambda: SNAPSHOT, IdentityResolver(lookup), Limiter(), estimate_text_tokens
-    )
+    decider = AdmissionDirector(lambda: SNAPSHOT, IdentityResolver(lookup), Limiter(), estimate)
     failures = []
 
     class Watching(Exchange):

@@ -16,7 +16,7 @@ from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -80,7 +80,7 @@ def decider(limiter: FakeLimiter, shedding=BigIsFull, **config) -> AdmissionDire
         lambda: snapshot,
         IdentityResolver(lookup),
         limiter,
-        estimate_text_tokens,
+        estimate,
         shedding=shedding,
         queue=AdmissionQueue(lambda: qos),
     )

@@ -19,7 +19,7 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.loops.slo.samples import samples_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -182,9 +182,7 @@ def decider(document: dict, tenant: Tenant | None = None) -> tuple[AdmissionDire
 
     snapshot = Snapshot(1, config(document), {"acme": tenant or Tenant(tier=Tier.P1)})
     return (
-        AdmissionDirector(
-            lambda: snapshot, IdentityResolver(lookup), Limiter(), estimate_text_tokens
-        ),
+        AdmissionDirector(lambda: snapshot, IdentityResolver(lookup), Limiter(), estimate),
         calls,
     )
 

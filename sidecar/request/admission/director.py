@@ -36,7 +36,7 @@ from sidecar.request.admission.pricing import Pricing, pool_for, read_body, rout
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.admission.sampling import ResponseSampler
 from sidecar.request.bodies.parsed import ResponseShape
-from sidecar.request.bodies.tokens import TextCounter
+from sidecar.request.counting import PromptCounter
 from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import Decision, Hold, RequestView, Respond, no_hold
 from sidecar.request.policy.responses import respond
@@ -51,7 +51,7 @@ class AdmissionDirector:
         snapshot: Callable[[], Snapshot],  # the configuration in force
         identity: IdentityResolver,
         limiter: Limiter,
-        count_text: TextCounter,
+        count_prompt: PromptCounter,
         shedding: Callable[[], SheddingState] = SheddingState,
         queue: AdmissionQueue | None = None,  # None: no concurrency limit, nobody waits
         clock: Callable[[], float] = time.monotonic,
@@ -63,7 +63,7 @@ class AdmissionDirector:
         self._snapshot = snapshot
         self._identity = identity
         self._sampler = ResponseSampler(snapshot, clock, sample)
-        self._pricing = Pricing(count_text, queue.first_tokens if queue is not None else None)
+        self._pricing = Pricing(count_prompt, queue.first_tokens if queue is not None else None)
         self._overload = Overload(shedding)
         self._waiting = Waiting(queue, refunds.give_all_back, clock)
         self._budget = Budget(

@@ -30,7 +30,7 @@ from sidecar.request.admission.request import Asked, Placement
 from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.bodies.tokens import TextCounter
+from sidecar.request.counting import PromptCounter
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import RequestView
 from sidecar.request.policy.guards import apply_guards
@@ -95,8 +95,8 @@ def pool_for(snapshot: Snapshot, model: str | None) -> Pool:
 
 
 class Pricing:
-    def __init__(self, count_text: TextCounter, first_tokens: FirstTokenTimes | None) -> None:
-        self._count_text = count_text
+    def __init__(self, count: PromptCounter, first_tokens: FirstTokenTimes | None) -> None:
+        self._count = count
         # What streams took from admission to their first token (None: not known here).
         self._first_tokens = first_tokens
 
@@ -110,12 +110,8 @@ class Pricing:
     ) -> Placement:
         tier, settings = identity.tier, pool.tiers[identity.tier]
         with client_input(request):
-            tokens = prompt_tokens(
-                parsed.prompt,
-                self._count_text,
-                snapshot.config.media,
-                pool.template.unrendered,
-            )
+            counted = self._count(parsed, pool.template.unrendered)
+            tokens = prompt_tokens(parsed.prompt, counted, snapshot.config.media)
             guarded = apply_guards(parsed, settings, tier.value, tokens)
             charge = price(settings, tokens, parsed.output)
         leaves = None

@@ -47,7 +47,11 @@ def read_messages(body: dict[str, Any]) -> ParsedRequest:
         RouteKind.MESSAGES,
         body,
         shape,
-        Prompt(tuple(collected.texts), TOKENS_PER_MESSAGE * len(messages), tuple(collected.media)),
+        Prompt(
+            tuple(collected.texts),
+            media=tuple(collected.media),
+            template_overhead=TOKENS_PER_MESSAGE * len(messages),
+        ),
         OutputLimit((("max_tokens",),), max_tokens, ("max_tokens",)),
         usage_in_stream=stream,
         body_priority=False,

@@ -37,7 +37,7 @@ def read_chat(body: dict[str, Any]) -> ParsedRequest:
     _conversation(collected, messages, "messages")
     _template_inputs(collected, body)
     overhead = TOKENS_PER_MESSAGE * len(messages)
-    return _parsed(RouteKind.CHAT, body, collected, overhead, _answers(body))
+    return _parsed(RouteKind.CHAT, body, collected, 0, _answers(body), overhead)
 
 
 def read_completions(body: dict[str, Any]) -> ParsedRequest:
@@ -72,7 +72,7 @@ def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
     _check({**body, "messages": [{"role": "user"}]}, chat=True)
     _template_inputs(collected, body)
     answers = _answers(body, len(conversations))
-    return _parsed(RouteKind.CHAT_BATCH, body, collected, overhead, answers)
+    return _parsed(RouteKind.CHAT_BATCH, body, collected, 0, answers, overhead)
 
 
 def _answers(body: dict[str, Any], prompts: int = 1) -> int:
@@ -121,7 +121,12 @@ def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
 
 
 def _parsed(
-    kind: RouteKind, body: dict[str, Any], collected: Collected, fixed: int, answers: int = 1
+    kind: RouteKind,
+    body: dict[str, Any],
+    collected: Collected,
+    fixed: int,
+    answers: int = 1,
+    overhead: int = 0,
 ) -> ParsedRequest:
     chat = kind is not RouteKind.COMPLETIONS
     fields = _CHAT_OUTPUT if chat else (("max_tokens",),)
@@ -149,6 +154,7 @@ def _parsed(
             fixed,
             tuple(collected.media),
             template_texts=tuple(collected.template_texts),
+            template_overhead=overhead,
         ),
         OutputLimit(fields, requested, ("max_tokens",), answers),
         usage_in_stream=include_usage,

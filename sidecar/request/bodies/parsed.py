@@ -36,13 +36,15 @@ class Prompt:
     (a Responses API conversation continued by previous_response_id)."""
 
     texts: tuple[str, ...] = ()
-    fixed_tokens: int = 0
+    fixed_tokens: int = 0  # token ids, counted already
     media: tuple[Media, ...] = ()
     stored_context: bool = False
     audio_bytes: int = 0  # an uploaded audio file's size
     # Texts of fields some chat templates render and others do not, with their field
     # (config/template.py): counted unless the pool's template leaves the field out.
     template_texts: tuple[tuple[TemplateField, str], ...] = ()
+    # The chat template's role markers, estimated (exact counts render the template).
+    template_overhead: int = 0
 
     @property
     def estimated_from_outside(self) -> bool:

@@ -45,9 +45,9 @@ def read_responses(body: dict[str, Any]) -> ParsedRequest:
         ResponseShape(text=TextForm.RESPONSE, stream=stream, model=model_of(body)),
         Prompt(
             tuple(collected.texts),
-            TOKENS_PER_MESSAGE * items,
-            tuple(collected.media),
+            media=tuple(collected.media),
             stored_context=previous is not None,
+            template_overhead=TOKENS_PER_MESSAGE * items,
         ),
         OutputLimit((field,), positive_int(body, "max_output_tokens"), field),
         usage_in_stream=stream,

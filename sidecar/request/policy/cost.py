@@ -15,12 +15,10 @@ answers are still being generated; the debt keeps it there when they cost more.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import MediaConfig, TierConfig
-from sidecar.config.template import TemplateField
 from sidecar.request.bodies.parsed import Media, OutputLimit, Prompt
 from sidecar.request.limiter.buckets import BucketSpec
 
@@ -59,18 +57,10 @@ class Charge:
         return self.cost(prompt, output_tokens) - self.reserved
 
 
-def prompt_tokens(
-    prompt: Prompt,
-    count_text: Callable[[str], int],
-    media: MediaConfig,
-    unrendered: frozenset[TemplateField] = frozenset(),
-) -> int:
-    """The prompt's tokens: its texts counted (but those of fields the pool's chat
-    template does not render), media and stored context as configured."""
-    tokens = prompt.fixed_tokens + sum(count_text(text) for text in prompt.texts)
-    tokens += sum(
-        count_text(text) for field, text in prompt.template_texts if field not in unrendered
-    )
+def prompt_tokens(prompt: Prompt, counted: int, media: MediaConfig) -> int:
+    """The prompt's tokens: `counted` of its text (request/counting), media and stored
+    context as configured."""
+    tokens = counted
     per_part = {
         Media.IMAGE: media.image_tokens,
         Media.IMAGE_LOW_DETAIL: media.image_low_detail_tokens,

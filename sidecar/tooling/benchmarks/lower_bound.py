@@ -37,7 +37,7 @@ from prometheus_client import Counter, Histogram
 from sidecar import event_loop
 from sidecar.config.store import hash_api_key
 from sidecar.redis_multiplexed import MultiplexedRedis, MultiplexedScript
-from sidecar.request.bodies.tokens import estimate_prompt_tokens
+from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.noop import CONTINUE, serve_processor
 
 BUCKET = """

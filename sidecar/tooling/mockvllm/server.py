@@ -20,7 +20,7 @@ from sidecar.options import setting
 from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.estimate import estimate
 from sidecar.request.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
@@ -241,7 +241,7 @@ class MockVllm:
         if not generating:
             max_tokens = 1  # a pooling request: the prefill, no decode
         media = MediaConfig(image_tokens=self.settings.image_tokens)
-        tokens_in = prompt_tokens(parsed.prompt, estimate_text_tokens, media)
+        tokens_in = prompt_tokens(parsed.prompt, estimate(parsed), media)
         # `n` (or `best_of`) answers of a chat or a completion: a sequence each, as vLLM
         # runs them.
         answers = parsed.output.per_request if parsed.kind in SEVERAL and parsed.output else 1
