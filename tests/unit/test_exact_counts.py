@@ -170,3 +170,14 @@ def test_the_template_beside_the_tokenizer_is_found(tmp_path):
 def test_completions_count_their_prompts_and_token_ids(counter):
     assert counter(parse("/v1/completions", {"prompt": ["a b", "c"]}), frozenset()) == 3
     assert counter(parse("/v1/completions", {"prompt": [[1, 2], [3]]}), frozenset()) == 3
+
+
+def test_items_the_engine_could_not_read_are_counted_as_text(counter):
+    body = {
+        "input": [
+            {"type": "reasoning", "content": ["not a part"]},
+            {"role": "user", "content": "a"},
+        ]
+    }
+    parsed = parse("/v1/responses", body)
+    assert counter(parsed, frozenset()) == 4 + parsed.prompt.template_overhead  # 4 words

@@ -93,28 +93,30 @@ def from_messages(body: dict[str, Any]) -> ChatForm:
         messages.append({"role": "system", "content": system})
     for message in body["messages"]:
         _anthropic_message(message, messages)
-    tools = body.get("tools")
-    chat_tools_ = None
-    if isinstance(tools, list):
-        chat_tools_ = [
-            _tool(
-                {
-                    "name": tool.get("name"),
-                    "description": tool.get("description"),
-                    "parameters": tool.get("input_schema"),
-                    "strict": tool.get("strict"),
-                    "defer_loading": tool.get("defer_loading"),
-                }
-            )
-            for tool in tools
-            if isinstance(tool, dict)
-        ]
     kwargs = dict(body.get("chat_template_kwargs") or {})
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") == "disabled":
         kwargs.setdefault("enable_thinking", False)
         kwargs.setdefault("reasoning_effort", "none")
-    return ChatForm(messages, chat_tools_, template_kwargs=kwargs)
+    return ChatForm(messages, _anthropic_tools(body.get("tools")), template_kwargs=kwargs)
+
+
+def _anthropic_tools(tools: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(tools, list):
+        return None
+    return [
+        _tool(
+            {
+                "name": tool.get("name"),
+                "description": tool.get("description"),
+                "parameters": tool.get("input_schema"),
+                "strict": tool.get("strict"),
+                "defer_loading": tool.get("defer_loading"),
+            }
+        )
+        for tool in tools
+        if isinstance(tool, dict)
+    ]
 
 
 def _system_text(system: Any) -> str:

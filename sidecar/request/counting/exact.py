@@ -47,10 +47,11 @@ class ExactCounter:
         """The prompt's tokens as the engine counts them (but media, which is priced by
         the configuration); a conversation the template refuses is counted as text (the
         engine will refuse it too)."""
-        forms = chat_forms(parsed) if self.template is not None else None
-        if forms is not None:
+        if self.template is not None:
             try:
-                return sum(self.rendered_tokens(form) for form in forms)
+                forms = chat_forms(parsed)
+                if forms is not None:
+                    return sum(self.rendered_tokens(form) for form in forms)
             except Exception as error:  # a template raises on what its model cannot take
                 log.debug("the chat template refused a request: %s", error)
         prompt = parsed.prompt
