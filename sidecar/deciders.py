@@ -15,7 +15,6 @@ from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.counting import PromptCounter
 from sidecar.request.counting.estimate import estimate
-from sidecar.request.counting.exact import ExactCounter
 from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import AdmitAll, Decider
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -26,6 +25,9 @@ DECIDERS = ("admission", "admit-all")
 
 def prompt_counter(settings: SidecarSettings) -> PromptCounter:
     if settings.tokenizer_file:
+        # The exact extra's packages (tokenizers, jinja2) only when a tokenizer is given.
+        from sidecar.request.counting.exact import ExactCounter
+
         template = Path(settings.chat_template_file) if settings.chat_template_file else None
         return ExactCounter(Path(settings.tokenizer_file), template)
     return estimate
