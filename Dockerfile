@@ -1,9 +1,13 @@
-# The sidecar image; the same image runs the mock vLLM and (later) the load reporter.
+# The sidecar image; the same image runs the load reporter and the mock vLLM. With the
+# extras its flags ask for: --event-loop uvloop, --tokenizer-file (exact counts).
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[uvloop,exact]" \
+    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin qos
+# Not root; nothing written outside /tmp (the manifests mount the root read-only).
+USER 10001
 EXPOSE 50051 9090
 ENTRYPOINT ["qos-sidecar"]
 CMD ["serve", "--grpc-host", "0.0.0.0", "--admin-host", "0.0.0.0"]

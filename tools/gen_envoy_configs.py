@@ -1,5 +1,5 @@
 """Write the shipped Envoy configs made from envoy/envoy.yaml (envoy/compose.yaml,
-deploy/kubernetes/envoy.yaml). Run: python tools/gen_envoy_configs.py"""
+deploy/kubernetes/base/envoy.yaml). Run: python tools/gen_envoy_configs.py"""
 
 from __future__ import annotations
 

@@ -288,14 +288,15 @@ def envoy_figure(stack, name: str) -> str | None:
     return text.split(":", 1)[1].strip() if ":" in text else None
 
 
-# The Kubernetes base, as `kubectl apply -k` applies it.
+# The Kubernetes files: the push variant at the top (`kubectl apply -k deploy/kubernetes`),
+# the base and the other variants in folders below it.
 KUSTOMIZATION = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 
 
-def built() -> list[dict]:
-    """What `kubectl kustomize` makes of the base, as `kubectl apply -k` would apply."""
+def built(kustomization: Path = KUSTOMIZATION) -> list[dict]:
+    """What `kubectl kustomize` makes of a kustomization, as `kubectl apply -k` applies it."""
     output = subprocess.run(
-        ["kubectl", "kustomize", str(KUSTOMIZATION)],
+        ["kubectl", "kustomize", str(kustomization)],
         capture_output=True,
         text=True,
         check=True,

@@ -1,5 +1,6 @@
-"""The deployment files: Kubernetes, Istio, Grafana — parsed, checked, and every Envoy
-configuration in them validated by the real Envoy binary."""
+"""The deployment files beside the Kubernetes manifests (test_kubernetes_manifests.py):
+Envoy's, Istio's, Grafana's — every Envoy configuration validated by the real Envoy
+binary."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sidecar.loops.scrape.targets import parse_targets
 from sidecar.tooling.stack import envoy_config
-from tests.integration.helpers import built, named
 from tests.integration.test_envoy_configs import validate
 
 pytestmark = pytest.mark.integration
@@ -26,87 +25,8 @@ def documents(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def test_kubernetes_manifests_hold_together():
-    kustomization = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
-    kinds = {}
-    for name in kustomization["resources"]:
-        for doc in documents(DEPLOY / "kubernetes" / name):
-            assert doc["apiVersion"] and doc["metadata"]["name"]
-            kinds.setdefault(doc["kind"], []).append(doc)
-    assert {d["metadata"]["name"] for d in kinds["Deployment"]} == {"qos-gateway", "vllm"}
-    assert [d["metadata"]["name"] for d in kinds["StatefulSet"]] == ["redis"]
-    services = {d["metadata"]["name"] for d in kinds["Service"]}
-    assert services == {"redis", "qos-gateway", "qos-sidecar", "vllm"}
-    for deployment in kinds["Deployment"]:
-        spec = deployment["spec"]
-        assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
-    gateway = next(d for d in kinds["Deployment"] if d["metadata"]["name"] == "qos-gateway")
-    containers = {c["name"]: c for c in gateway["spec"]["template"]["spec"]["containers"]}
-    assert containers["sidecar"]["args"][0] == "serve"
-    assert {"envoy", "sidecar"} == set(containers)
-    vllm = next(d for d in kinds["Deployment"] if d["metadata"]["name"] == "vllm")
-    reporter = next(
-        c for c in vllm["spec"]["template"]["spec"]["containers"] if c["name"] == "reporter"
-    )
-    assert reporter["args"][0] == "report" and "qos-sidecar:50051" in reporter["args"]
-    headless = next(d for d in kinds["Service"] if d["metadata"]["name"] == "vllm")
-    assert headless["spec"]["clusterIP"] == "None"
-    generated = kustomization["configMapGenerator"][0]
-    assert (DEPLOY / "kubernetes" / generated["files"][0]).is_file()
-
-
-def patched(document: dict, operations: list[dict]) -> dict:
-    """`document` after the JSON-patch operations kustomize would apply (test, add with
-    "-", remove: the ones the scrape variant uses)."""
-    document = copy.deepcopy(document)
-    for operation in operations:
-        *parents, last = operation["path"].strip("/").split("/")
-        node = document
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        key = last if isinstance(node, dict) else (len(node) if last == "-" else int(last))
-        if operation["op"] == "test":
-            assert node[key] == operation["value"], operation
-        elif operation["op"] == "add" and isinstance(node, list):
-            node.insert(key, operation["value"])
-        elif operation["op"] == "add":
-            node[key] = operation["value"]
-        elif operation["op"] == "remove":
-            del node[key]
-    return document
-
-
-def test_the_scrape_variant_drops_the_reporters_and_scrapes_the_headless_service():
-    variant = yaml.safe_load((DEPLOY / "kubernetes" / "scrape" / "kustomization.yaml").read_text())
-    assert variant["resources"] == [".."]
-    base = {
-        doc["metadata"]["name"]: doc
-        for doc in documents(DEPLOY / "kubernetes" / "gateway.yaml")
-        + documents(DEPLOY / "kubernetes" / "vllm.yaml")
-        if doc["kind"] == "Deployment"
-    }
-    result = {}
-    for patch in variant["patches"]:
-        name = patch["target"]["name"]
-        result[name] = patched(base[name], yaml.safe_load(patch["patch"]))
-    pods = result["vllm"]["spec"]["template"]["spec"]["containers"]
-    assert [c["name"] for c in pods] == ["vllm"]
-    sidecar = next(
-        c for c in result["qos-gateway"]["spec"]["template"]["spec"]["containers"]
-        if c["name"] == "sidecar"
-    )  # fmt: skip
-    env = {e["name"]: e.get("value") for e in sidecar["env"]}
-    (target,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
-    namespace = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
-    assert target.dns and target.host == f"vllm.{namespace['namespace']}.svc.cluster.local"
-    headless = next(
-        d for d in documents(DEPLOY / "kubernetes" / "vllm.yaml") if d["kind"] == "Service"
-    )
-    assert target.port == headless["spec"]["ports"][0]["port"]
-
-
 def test_kubernetes_envoy_config_validates_and_matches_the_local_one():
-    path = DEPLOY / "kubernetes" / "envoy.yaml"
+    path = DEPLOY / "kubernetes" / "base" / "envoy.yaml"
     result = validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
     kube, local = envoy_config.load(path), envoy_config.load()
@@ -157,26 +77,3 @@ def test_grafana_dashboard_plots_only_metrics_the_sidecar_exposes(stack):
         return re.sub(r"_(total|bucket|count|sum)$", "", name)
 
     assert {base(n) for n in used} - {base(n) for n in families} == set()
-
-
-def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
-    documents = built()
-    gateway, vllm = (
-        named(documents, "Deployment", "qos-gateway"),
-        named(documents, "Deployment", "vllm"),
-    )
-
-    def token_of(deployment: dict, container: str) -> dict:
-        containers = deployment["spec"]["template"]["spec"]["containers"]
-        (found,) = [c for c in containers if c["name"] == container]
-        (token,) = [e for e in found["env"] if e["name"] == "QOS_REPORT_TOKEN"]
-        return token["valueFrom"]["secretKeyRef"]
-
-    assert (
-        token_of(gateway, "sidecar")
-        == token_of(vllm, "reporter")
-        == {
-            "name": "qos-report",
-            "key": "token",
-        }
-    )

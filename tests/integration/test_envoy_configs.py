@@ -45,7 +45,7 @@ PATH_OPTIONS = {
 }
 SHIPPED_MANAGERS = [
     *FULL_CONFIGS,
-    envoy_config.ENVOY_DIR.parent / "deploy" / "kubernetes" / "envoy.yaml",
+    envoy_config.ENVOY_DIR.parent / "deploy" / "kubernetes" / "base" / "envoy.yaml",
 ]
 
 

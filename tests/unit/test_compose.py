@@ -27,7 +27,7 @@ def test_compose_services_profiles_and_mounts():
     # Redis as on Kubernetes: its redis.conf, its data on a named volume.
     redis = services["redis"]
     conf_source = redis["volumes"][0].split(":")[0]
-    assert conf_source == "./deploy/kubernetes/redis.conf" and (REPO / conf_source).is_file()
+    assert conf_source == "./deploy/kubernetes/base/redis.conf" and (REPO / conf_source).is_file()
     assert "redis-data:/data" in redis["volumes"] and "redis-data" in compose["volumes"]
     assert "$$REDIS_PASSWORD" in redis["command"][0]  # the container's, not compose's
 

@@ -58,7 +58,7 @@ VARIANTS = (
         ),
     ),
     Variant(
-        REPO / "deploy" / "kubernetes" / "envoy.yaml",
+        REPO / "deploy" / "kubernetes" / "base" / "envoy.yaml",
         "# Envoy for the Kubernetes example (deploy/kubernetes): the same chain as "
         "envoy/envoy.yaml\n# (made from it by tools/gen_envoy_configs.py). The sidecar runs "
         "in the same pod\n# (127.0.0.1); the vLLM pods are found through their headless "

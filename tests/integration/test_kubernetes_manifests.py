@@ -1,0 +1,162 @@
+"""The Kubernetes manifests as `kubectl apply -k` applies them: every kustomization under
+deploy/ built by the real `kubectl kustomize` and validated, strictly, against the
+schemas of a current Kubernetes release; then what a platform team relies on: each
+variant's wiring, the pods' hardening and sizing, the disruption budget, the autoscaler,
+who may reach which port, the drain order, pinned images, the image's user and extras."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from sidecar.loops.scrape.targets import parse_targets
+from tests.integration.helpers import KUSTOMIZATION, built, named
+
+pytestmark = pytest.mark.integration
+
+REPO = KUSTOMIZATION.parents[1]
+KUBERNETES = "1.37.0"
+PUSH, SCRAPE, BASE = KUSTOMIZATION, KUSTOMIZATION / "scrape", KUSTOMIZATION / "base"
+# Our own containers (the engine's image is vLLM's, as its users run it).
+OURS = {"envoy", "sidecar", "reporter", "redis"}
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+def kustomizations() -> list[Path]:
+    return sorted(path.parent for path in (REPO / "deploy").rglob("kustomization.yaml"))
+
+
+def containers(documents: list[dict]) -> dict[str, dict]:
+    found = {}
+    for document in documents:
+        if document["kind"] in ("Deployment", "StatefulSet"):
+            for container in document["spec"]["template"]["spec"]["containers"]:
+                found[container["name"]] = container
+    return found
+
+
+def pod(documents: list[dict], kind: str, name: str) -> dict:
+    return named(documents, kind, name)["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("kustomization", kustomizations(), ids=lambda p: p.name)
+def test_every_kustomization_builds_and_validates(kustomization):
+    documents = built(kustomization)
+    assert documents
+    for document in documents:
+        # Raises on a field the release does not know, or a wrong type.
+        kubernetes_validate.validate(document, KUBERNETES, strict=True)
+        assert document["metadata"].get("namespace", "qos") == "qos"
+
+
+def test_the_variants_differ_only_in_how_the_load_is_learnt():
+    push, scrape = built(PUSH), built(SCRAPE)
+    assert [c["name"] for c in pod(push, "Deployment", "vllm")["containers"]] == [
+        "vllm",
+        "reporter",
+    ]
+    assert [c["name"] for c in pod(scrape, "Deployment", "vllm")["containers"]] == ["vllm"]
+    reporter = containers(push)["reporter"]
+    assert reporter["args"][0] == "report" and "qos-sidecar:50051" in reporter["args"]
+    env = {e["name"]: e.get("value") for e in containers(scrape)["sidecar"]["env"]}
+    (target,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
+    headless = named(scrape, "Service", "vllm")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert target.dns and target.host == "vllm.qos.svc.cluster.local"
+    assert target.port == headless["spec"]["ports"][0]["port"]
+    assert "QOS_SCRAPE_TARGETS" not in {e["name"] for e in containers(push)["sidecar"]["env"]}
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in push)
+    assert kinds == sorted((d["kind"], d["metadata"]["name"]) for d in scrape)
+
+
+def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
+    found = containers(built(PUSH))
+
+    def token_of(container: str) -> dict:
+        (token,) = [e for e in found[container]["env"] if e["name"] == "QOS_REPORT_TOKEN"]
+        return token["valueFrom"]["secretKeyRef"]
+
+    assert token_of("sidecar") == token_of("reporter") == {"name": "qos-report", "key": "token"}
+
+
+def test_our_containers_are_sized_hardened_and_pinned():
+    documents = built(PUSH)
+    found = containers(documents)
+    assert set(found) >= OURS
+    for name in OURS:
+        container = found[name]
+        requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+        assert requests["cpu"] and requests["memory"] and limits["memory"], name
+        assert "cpu" not in limits, name  # throttled decisions wait: no CPU limits
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, name
+        assert context["readOnlyRootFilesystem"] is True, name
+        assert context["capabilities"] == {"drop": ["ALL"]}, name
+    for container in found.values():
+        image = container["image"]
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+[\w.-]*", image), image
+    assert {found[n]["image"] for n in ("sidecar", "reporter")} == {f"qos-sidecar:{VERSION}"}
+    for kind, name in (("Deployment", "qos-gateway"), ("StatefulSet", "redis")):
+        assert pod(documents, kind, name)["securityContext"]["runAsNonRoot"] is True
+    users = {found[n]["securityContext"].get("runAsUser") for n in ("sidecar", "reporter")}
+    assert users == {10001}
+
+
+def test_the_image_runs_as_that_user_with_the_extras_its_flags_ask_for():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^USER 10001$", dockerfile, re.MULTILINE)
+    (extras,) = re.findall(r'pip install --no-cache-dir "\.\[([\w,]+)\]"', dockerfile)
+    defined = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert {"uvloop", "exact"} <= set(extras.split(",")) <= set(defined["optional-dependencies"])
+
+
+def test_the_gateway_survives_drains_grows_with_its_cpu_and_leaves_in_order():
+    documents = built(PUSH)
+    budget = named(documents, "PodDisruptionBudget", "qos-gateway")["spec"]
+    deployment = named(documents, "Deployment", "qos-gateway")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["minAvailable"] >= 1 and budget["selector"]["matchLabels"] == labels
+    assert deployment["spec"]["replicas"] > budget["minAvailable"]
+    scaler = named(documents, "HorizontalPodAutoscaler", "qos-gateway")["spec"]
+    assert scaler["scaleTargetRef"]["name"] == "qos-gateway"
+    (metric,) = scaler["metrics"]
+    assert metric["resource"]["name"] == "cpu" and scaler["minReplicas"] >= 2
+    spec = deployment["spec"]["template"]["spec"]
+    by_name = {c["name"]: c for c in spec["containers"]}
+    args = by_name["sidecar"]["args"]
+    drain = float(args[args.index("--drain-seconds") + 1])
+    sidecar_wait = by_name["sidecar"]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    envoy_wait = by_name["envoy"]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    # Envoy carries the streams the sidecar drains, and is signalled after them.
+    assert envoy_wait > sidecar_wait + drain
+    assert spec["terminationGracePeriodSeconds"] > envoy_wait
+
+
+def test_only_who_needs_a_port_may_reach_it():
+    documents = built(PUSH)
+    policies = {
+        d["spec"]["podSelector"]["matchLabels"]["app"]: d["spec"]["ingress"]
+        for d in documents
+        if d["kind"] == "NetworkPolicy"
+    }
+
+    def sources(app: str, port: int) -> list:
+        rules = [r for r in policies[app] if port in [p["port"] for p in r["ports"]]]
+        return [r.get("from") for r in rules]
+
+    assert sources("qos-gateway", 8080) == [None]  # clients, from anywhere
+    assert sources("qos-gateway", 50051) == [[{"podSelector": {"matchLabels": {"app": "vllm"}}}]]
+    (admin,) = sources("qos-gateway", 9090)
+    assert admin[0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    assert sources("qos-gateway", 9901) == []  # Envoy's admin: from nowhere
+    gateway_only = [[{"podSelector": {"matchLabels": {"app": "qos-gateway"}}}]]
+    assert sources("redis", 6379) == gateway_only
+    assert sources("vllm", 8000) == gateway_only
+    services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
+    assert services["qos-admin"]["spec"]["ports"][0]["targetPort"] == "admin"
