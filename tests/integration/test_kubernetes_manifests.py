@@ -7,11 +7,14 @@ who may reach which port, the drain order, pinned images, the image's user and e
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from sidecar.loops.scrape.targets import parse_targets
 from tests.integration.helpers import KUSTOMIZATION, built, named
@@ -21,6 +24,9 @@ pytestmark = pytest.mark.integration
 REPO = KUSTOMIZATION.parents[1]
 KUBERNETES = "1.37.0"
 PUSH, SCRAPE, BASE = KUSTOMIZATION, KUSTOMIZATION / "scrape", KUSTOMIZATION / "base"
+MONITORING = KUSTOMIZATION / "monitoring"
+# The Prometheus Operator's resources: no schema in Kubernetes' own (checked below).
+OPERATOR_API = "monitoring.coreos.com/v1"
 # Our own containers (the engine's image is vLLM's, as its users run it).
 OURS = {"envoy", "sidecar", "reporter", "redis"}
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -48,9 +54,12 @@ def test_every_kustomization_builds_and_validates(kustomization):
     documents = built(kustomization)
     assert documents
     for document in documents:
+        assert document["metadata"].get("namespace", "qos") == "qos"
+        if document["apiVersion"] == OPERATOR_API:
+            assert document["kind"] in ("ServiceMonitor", "PrometheusRule")
+            continue
         # Raises on a field the release does not know, or a wrong type.
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
-        assert document["metadata"].get("namespace", "qos") == "qos"
 
 
 def test_the_variants_differ_only_in_how_the_load_is_learnt():
@@ -160,3 +169,35 @@ def test_only_who_needs_a_port_may_reach_it():
     assert sources("vllm", 8000) == gateway_only
     services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
     assert services["qos-admin"]["spec"]["ports"][0]["targetPort"] == "admin"
+
+
+def test_prometheus_scrapes_the_admin_service_and_promtool_passes_the_alerts(tmp_path):
+    monitoring, gateway = built(MONITORING), built(PUSH)
+    monitor = named(monitoring, "ServiceMonitor", "qos-sidecar")["spec"]
+    selected = [
+        d
+        for d in gateway
+        if d["kind"] == "Service"
+        and monitor["selector"]["matchLabels"].items() <= d["metadata"].get("labels", {}).items()
+    ]
+    assert [d["metadata"]["name"] for d in selected] == ["qos-admin"]  # the alerts' job
+    (endpoint,) = monitor["endpoints"]
+    assert endpoint["port"] in [p["name"] for p in selected[0]["spec"]["ports"]]
+    rules = named(monitoring, "PrometheusRule", "qos-sidecar")["spec"]
+    alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
+    assert alerts >= {
+        "QosP0SloBurn", "QosP1SloBurn", "QosP0Shed", "QosBudgetsLocal",
+        "QosConfigurationRefused", "QosNoPodReports", "QosNoSloController",
+    }  # fmt: skip
+    (tmp_path / "qos-sidecar-rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    shutil.copy(MONITORING / "rules-tests.yaml", tmp_path)
+    for command in (
+        ["promtool", "check", "rules", "qos-sidecar-rules.yaml"],
+        ["promtool", "test", "rules", "rules-tests.yaml"],
+    ):
+        result = subprocess.run(
+            command, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+    tested = set(re.findall(r"alertname: (\w+)", (MONITORING / "rules-tests.yaml").read_text()))
+    assert tested == alerts  # every alert has its test
