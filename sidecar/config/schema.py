@@ -205,6 +205,33 @@ class EngineConfig(Strict):
     send_priority: bool = False
 
 
+ObjectiveName = Annotated[str, Field(min_length=1)]
+
+
+class TierObjectives(Strict):
+    """The InferenceObjective each tier's requests belong to."""
+
+    p0: ObjectiveName = "qos-p0"
+    # The InferenceObjective the tier's admitted requests name (its priority in the
+    # endpoint picker's flow control: highest for P0).
+    p1: ObjectiveName = "qos-p1"
+    p2: ObjectiveName = "qos-p2"
+
+    def __getitem__(self, tier: Tier) -> str:
+        return str(getattr(self, tier.value))
+
+
+class InferenceExtensionConfig(Strict):
+    """The Gateway API Inference Extension's endpoint picker (EPP) behind the sidecar on
+    the same route: each admitted request tells it the tier's InferenceObjective and the
+    tenant, so its flow control orders and shares as the sidecar does."""
+
+    # Send x-gateway-inference-objective and x-gateway-inference-fairness-id upstream.
+    enabled: bool = False
+    # The InferenceObjective each tier maps to (their priorities in the tiers' order).
+    objectives: TierObjectives = TierObjectives()
+
+
 class PoolConfig(Strict):
     """One pool of GPUs behind the gateway (see sidecar/config/pools.py). What it leaves
     out is the top-level value."""
@@ -268,6 +295,7 @@ class QosConfig(Strict):
     overload: OverloadConfig = OverloadConfig()
     queue: QueueConfig = QueueConfig()
     engine: EngineConfig = EngineConfig()
+    inference_extension: InferenceExtensionConfig = InferenceExtensionConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
     fairness: FairnessConfig = FairnessConfig()

@@ -133,12 +133,30 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
         "x-qos-queue-wait-ms",
         "x-vllm-priority",
         "x-data-parallel-rank",
+        "x-gateway-inference-objective",
+        "x-gateway-inference-fairness-id",
+        "x-gateway-destination-endpoint",
     )
     assert decision.upstream.replace_body is None
     cost, buckets = limiter.calls[0]
     assert cost == 100 + 4  # 400 characters and one message
     assert [b.key for b in buckets] == ["qos:{bucket-p2}:tier"]
     assert buckets[0].rate == pytest.approx(2500) and buckets[0].burst == pytest.approx(1250)
+
+
+@pytest.mark.asyncio
+async def test_the_endpoint_picker_is_told_the_tier_s_objective_and_the_tenant():
+    extension = {"enabled": True, "objectives": {"p0": "pay", "p1": "core", "p2": "batch"}}
+    spoof = {"x-gateway-inference-objective": "pay", "x-gateway-destination-endpoint": "1.2.3.4"}
+    decision = await decider(FakeLimiter(), inference_extension=extension).decide(
+        chat(extra_headers=spoof)
+    )
+    assert isinstance(decision, Admit)
+    headers = decision.upstream.set_headers
+    assert headers["x-gateway-inference-objective"] == "batch"  # P2's, not the client's
+    assert headers["x-gateway-inference-fairness-id"] == headers["x-qos-tenant"] == "bulk"
+    assert "x-gateway-destination-endpoint" in decision.upstream.remove_headers
+    assert "x-gateway-inference-objective" not in decision.upstream.remove_headers
 
 
 @pytest.mark.asyncio

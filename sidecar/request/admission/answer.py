@@ -21,6 +21,7 @@ from sidecar.request.policy.decision import (
     Upstream,
 )
 from sidecar.request.policy.engine import EngineFields, client_control_headers, engine_fields
+from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND, inference_headers
 from sidecar.request.policy.tags import (
     INTERNAL_PREFIX,
     LOGGED_HEADERS,
@@ -46,6 +47,8 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
     if budgeted.moved_for is not None:
         tags[OVERFLOW_HEADER] = overflow_header(place, budgeted.moved_for)
     identity = asked.identity
+    extension = asked.snapshot.config.inference_extension
+    tags |= inference_headers(extension, identity.tier.value, identity.tenant_label)
     upstream = tagged(asked.view, identity.tier.value, identity.tenant_label, engine.body, tags)
     record = Admission(
         budgeted.reason,
@@ -93,7 +96,7 @@ def tagged(
     # Those seen, and the ones the sidecar's own machinery reads whether seen or not
     # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
     present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
-    engine = client_control_headers(request.headers)
+    engine = (*client_control_headers(request.headers), *CLIENT_MAY_NOT_SEND)
     stripped = dict.fromkeys(n for n in (*present, *LOGGED_HEADERS, *engine) if n not in tags)
     replacement = None
     if body is not None:
