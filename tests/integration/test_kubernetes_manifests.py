@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from sidecar.config.schema import QosConfig
 from sidecar.loops.scrape.targets import parse_targets
 from tests.integration.helpers import KUSTOMIZATION, built, named
 
@@ -25,8 +26,16 @@ REPO = KUSTOMIZATION.parents[1]
 KUBERNETES = "1.37.0"
 PUSH, SCRAPE, BASE = KUSTOMIZATION, KUSTOMIZATION / "scrape", KUSTOMIZATION / "base"
 MONITORING = KUSTOMIZATION / "monitoring"
-# The Prometheus Operator's resources: no schema in Kubernetes' own (checked below).
-OPERATOR_API = "monitoring.coreos.com/v1"
+EXTENSION = KUSTOMIZATION / "inference-extension"
+# Custom resources, of no schema in Kubernetes' own (each checked below): the Prometheus
+# Operator's, the Gateway API's, Envoy Gateway's, the Inference Extension's.
+CUSTOM_GROUPS = {
+    "monitoring.coreos.com": {"ServiceMonitor", "PrometheusRule"},
+    "gateway.networking.k8s.io": {"HTTPRoute"},
+    "gateway.envoyproxy.io": {"EnvoyExtensionPolicy"},
+    "inference.networking.k8s.io": {"InferencePool"},
+    "inference.networking.x-k8s.io": {"InferenceObjective"},
+}
 # Our own containers (the engine's image is vLLM's, as its users run it).
 OURS = {"envoy", "sidecar", "reporter", "redis"}
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -55,8 +64,9 @@ def test_every_kustomization_builds_and_validates(kustomization):
     assert documents
     for document in documents:
         assert document["metadata"].get("namespace", "qos") == "qos"
-        if document["apiVersion"] == OPERATOR_API:
-            assert document["kind"] in ("ServiceMonitor", "PrometheusRule")
+        group = document["apiVersion"].rpartition("/")[0]
+        if group in CUSTOM_GROUPS:
+            assert document["kind"] in CUSTOM_GROUPS[group]
             continue
         # Raises on a field the release does not know, or a wrong type.
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
@@ -201,3 +211,44 @@ def test_prometheus_scrapes_the_admin_service_and_promtool_passes_the_alerts(tmp
         assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
     tested = set(re.findall(r"alertname: (\w+)", (MONITORING / "rules-tests.yaml").read_text()))
     assert tested == alerts  # every alert has its test
+
+
+def test_the_inference_extension_variant_puts_the_sidecar_before_the_picker():
+    documents = built(EXTENSION)
+    found = containers(documents)
+    assert "envoy" not in found  # the gateway's proxies call the sidecars
+    # The objectives: one per tier, in the tiers' order, named as the sidecars name them.
+    config = yaml.safe_load(named(documents, "ConfigMap", "qos-config")["data"]["qos.yaml"])
+    base = yaml.safe_load((BASE / "qos.yaml").read_text())
+    assert {k: v for k, v in config.items() if k != "inference_extension"} == base
+    extension = config["inference_extension"]
+    assert QosConfig.from_partial(config).inference_extension.enabled  # the sidecars take it
+    pool = named(documents, "InferencePool", "vllm")
+    objectives = {
+        d["metadata"]["name"]: d["spec"] for d in documents if d["kind"] == "InferenceObjective"
+    }
+    names = [extension["objectives"][tier] for tier in ("p0", "p1", "p2")]
+    assert sorted(names) == sorted(objectives)
+    priorities = [objectives[name]["priority"] for name in names]
+    assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == 3
+    assert {o["poolRef"]["name"] for o in objectives.values()} == {"vllm"}
+    # The route goes to the pool; the sidecar is called on it with the whole body.
+    route = named(documents, "HTTPRoute", "llm")
+    (backend,) = route["spec"]["rules"][0]["backendRefs"]
+    assert (backend["kind"], backend["name"]) == ("InferencePool", "vllm")
+    policy = named(documents, "EnvoyExtensionPolicy", "qos-sidecar")["spec"]
+    assert policy["targetRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "llm"}
+    ]
+    (processor,) = policy["extProc"]
+    assert processor["processingMode"]["request"] == {"body": "Buffered"}
+    service = named(documents, "Service", "qos-sidecar")
+    (target,) = processor["backendRefs"]
+    assert (target["name"], target["port"]) == ("qos-sidecar", service["spec"]["ports"][0]["port"])
+    # The load: the pods the pool selects, through the headless Service of its selector.
+    headless = named(documents, "Service", "vllm")
+    assert headless["spec"]["selector"] == pool["spec"]["selector"]["matchLabels"]
+    env = {e["name"]: e.get("value") for e in found["sidecar"]["env"]}
+    (scraped,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
+    assert scraped.port == pool["spec"]["targetPorts"][0]["number"]
+    assert "qos-gateway" not in {d["metadata"]["name"] for d in documents if d["kind"] == "Service"}
