@@ -68,15 +68,25 @@ def from_args(settings_class: type[T], args: argparse.Namespace) -> T:
 
 def _parse_env(env: str, kind: type, raw: str) -> Any:
     if kind is bool:
-        return parse_bool(raw)
+        return env_bool(env, raw)
     try:
         return kind(raw)
     except ValueError as exc:
         raise SystemExit(f"{env}={raw!r}: {exc}") from None
 
 
-def parse_bool(raw: str) -> bool:
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def env_bool(env: str, raw: str) -> bool:
+    """A boolean environment variable; anything else ends the program naming it (a typo
+    read as false would turn a switch off silently)."""
+    value = raw.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise SystemExit(f"{env}={raw!r} is not a boolean: use one of {', '.join(TRUE + FALSE[:-1])}")
 
 
 def as_environment(settings: Any) -> tuple[dict[str, str], list[str]]:

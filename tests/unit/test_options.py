@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from sidecar.options import add_arguments, from_args
 from sidecar.settings import SidecarSettings
 
@@ -29,3 +31,14 @@ def test_a_redis_socket_waits_at_least_as_long_as_a_decision_may():
     assert parse([]).redis_socket_timeout == 0.25
     assert parse(["--redis-socket-timeout-ms", "2000"]).redis_socket_timeout == 2.0
     assert parse(["--redis-timeout-ms", "500"]).redis_socket_timeout == 0.5
+
+
+def test_boolean_variables_take_booleans_and_refuse_the_rest(monkeypatch):
+    for raw, expected in (("true", True), ("ON", True), ("1", True), ("no", False), ("", False)):
+        monkeypatch.setenv("QOS_OVER_LIMIT_CACHE", raw)
+        assert parse([]).over_limit_cache is expected, raw
+    for typo in ("ture", "enabled", "2"):
+        monkeypatch.setenv("QOS_OVER_LIMIT_CACHE", typo)
+        with pytest.raises(SystemExit) as refused:
+            parse([])
+        assert "QOS_OVER_LIMIT_CACHE" in str(refused.value) and typo in str(refused.value)

@@ -9,10 +9,15 @@ audit --output json     one JSON document: a list of changes, for scripts
 from __future__ import annotations
 
 import argparse
-import json
 
 from sidecar.config.store import AUDIT_KEPT, ConfigStore
-from sidecar.operator.commands.common import CommandError, add_redis_argument, run_with_store
+from sidecar.operator.commands.common import (
+    CommandError,
+    add_output_argument,
+    add_redis_argument,
+    print_json,
+    run_with_store,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show the SLO controller's budget moves too",
     )
-    parser.add_argument("--output", choices=("text", "json"), default="text")
+    add_output_argument(parser)
     add_redis_argument(parser)
     parser.set_defaults(run=lambda args: run_with_store(args, _list))
 
@@ -34,7 +39,7 @@ async def _list(store: ConfigStore, args: argparse.Namespace) -> None:
         raise CommandError(f"--count: 1 to {AUDIT_KEPT}")
     entries = await store.audit(args.count, controller=args.controller)
     if args.output == "json":
-        print(json.dumps([entry.to_dict() for entry in entries], indent=2))
+        print_json([entry.to_dict() for entry in entries])
         return
     if not entries:
         print("no change recorded")

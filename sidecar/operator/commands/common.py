@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from sidecar import redis_connect
 from sidecar.config import memory
 from sidecar.config.audit import Actor, clean_name, who
 from sidecar.config.store import ConfigStore, StoreLost
-from sidecar.options import parse_bool
+from sidecar.options import env_bool
 from sidecar.request.queueing.peers import PEERS_KEY
 from sidecar.settings import DEFAULT_REDIS_URL
 
@@ -40,7 +41,7 @@ def add_redis_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-cluster",
         action=argparse.BooleanOptionalAction,
-        default=parse_bool(os.environ.get("QOS_REDIS_CLUSTER", "")),
+        default=env_bool("QOS_REDIS_CLUSTER", os.environ.get("QOS_REDIS_CLUSTER", "")),
         help="the Redis URL names a node of a Redis Cluster [env QOS_REDIS_CLUSTER]",
     )
 
@@ -70,6 +71,17 @@ def run_with_store(
         print(f"error: Redis at {redis_connect.redacted(args.redis_url)}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def add_output_argument(parser: argparse.ArgumentParser) -> None:
+    """--output json: what the command reads as one JSON document, for scripts."""
+    parser.add_argument(
+        "--output", choices=("text", "json"), default="text", help="text (default) or json"
+    )
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
 
 
 def add_by_argument(parser: argparse.ArgumentParser) -> None:

@@ -27,8 +27,10 @@ from sidecar.operator.commands.common import (
     CommandError,
     actor,
     add_by_argument,
+    add_output_argument,
     add_override_argument,
     add_redis_argument,
+    print_json,
     refuse_declared,
     run_with_store,
 )
@@ -57,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for sub in (change, load):
         add_override_argument(sub, "the document")
         add_by_argument(sub)
+    for sub in (show, diff):
+        add_output_argument(sub)
     for sub in (show, change, load, dump, diff):
         add_redis_argument(sub)
 
@@ -83,15 +87,21 @@ async def _loaded(store: ConfigStore) -> Snapshot:
         raise CommandError(f"{error}\n{REPAIR_HINT}") from None
 
 
-async def _show(store: ConfigStore, _args: argparse.Namespace) -> None:
+async def _show(store: ConfigStore, args: argparse.Namespace) -> None:
     try:
         snapshot = await store.load()
     except ConfigInvalid as error:
         # What Redis holds, to repair: the keys named below, or edit this and import it.
         print(yaml.safe_dump(await store.stored_document(), sort_keys=False), end="")
         raise CommandError(f"{error}\n{REPAIR_HINT}") from None
+    document = _document(snapshot.config)
+    if args.output == "json":
+        print_json(
+            {"version": snapshot.version, "tenants": len(snapshot.tenants), "config": document}
+        )
+        return
     print(f"# version {snapshot.version}, {len(snapshot.tenants)} tenants")
-    print(yaml.safe_dump(_document(snapshot.config), sort_keys=False), end="")
+    print(yaml.safe_dump(document, sort_keys=False), end="")
 
 
 # Keys under these are the operator's own names (a route's path).
@@ -149,5 +159,9 @@ async def _diff(store: ConfigStore, args: argparse.Namespace) -> None:
     except FileRefused as error:
         raise CommandError(str(error)) from None
     held = _document((await _loaded(store)).config)
-    changes = [change.describe() for change in differences(held, wanted)]
+    found = differences(held, wanted)
+    if args.output == "json":
+        print_json([{"field": c.field, "old": c.old, "new": c.new} for c in found])
+        return
+    changes = [change.describe() for change in found]
     print("\n".join(changes) if changes else f"{args.file} is what Redis holds")

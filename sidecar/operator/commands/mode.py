@@ -5,6 +5,7 @@ mode set shadow         every decision is made and counted, nothing is refused
 mode set normal         back to normal
 mode shed p2            shed a tier outright, whatever the load; `unshed` ends it
 mode log                the last switches: what, by whom, how and when
+mode get --output json  the same as one JSON document (so is `mode log`), for scripts
 
 Every switch is recorded with who made it (--by, by default user@host) and when, with
 every other change (`qos-sidecar audit`).
@@ -22,7 +23,9 @@ from sidecar.config.switches import switch_mode, switch_shed
 from sidecar.operator.commands.common import (
     actor,
     add_by_argument,
+    add_output_argument,
     add_redis_argument,
+    print_json,
     run_with_store,
 )
 
@@ -55,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
     for sub in (change, shed, unshed):
         add_by_argument(sub)
+    for sub in (get, log):
+        add_output_argument(sub)
     for sub in (get, log, change, shed, unshed):
         add_redis_argument(sub)
 
@@ -64,14 +69,28 @@ def _describe(mode: OperatorMode) -> str:
     return f"mode: {mode.mode.value}\nforce-shed: {shed}"
 
 
-async def _get(store: ConfigStore, _args: argparse.Namespace) -> None:
+async def _get(store: ConfigStore, args: argparse.Namespace) -> None:
     last = (await _switches(store))[:1]
-    print(_describe((await store.load()).mode))
+    mode = (await store.load()).mode
+    if args.output == "json":
+        print_json(
+            {
+                "mode": mode.mode.value,
+                "force_shed": sorted(t.value for t in mode.force_shed),
+                "last_switch": last[0].to_dict() if last else None,
+            }
+        )
+        return
+    print(_describe(mode))
     print(f"last switch: {last[0].describe() if last else 'none recorded'}")
 
 
 async def _log(store: ConfigStore, args: argparse.Namespace) -> None:
-    for change in (await _switches(store))[: args.count]:
+    switches = (await _switches(store))[: args.count]
+    if args.output == "json":
+        print_json([change.to_dict() for change in switches])
+        return
+    for change in switches:
         print(change.describe())
 
 

@@ -1,4 +1,5 @@
-"""`qos-sidecar tenants add|list|remove`: who is in which tier, and their API keys."""
+"""`qos-sidecar tenants add|list|remove|top`: who is in which tier, and their API keys.
+`list` and `top` take `--output json` for scripts."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -13,13 +15,15 @@ from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
 from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
-from sidecar.loops.fairness.usage import read_tier_fairness
+from sidecar.loops.fairness.usage import TierFairness, read_tier_fairness
 from sidecar.operator.commands.common import (
     CommandError,
     actor,
     add_by_argument,
+    add_output_argument,
     add_override_argument,
     add_redis_argument,
+    print_json,
     refuse_declared,
     run_with_store,
 )
@@ -95,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for sub in (add, remove):
         add_override_argument(sub, "the tenant")
         add_by_argument(sub)
+    for sub in (listing, top):
+        add_output_argument(sub)
     for sub in (add, listing, remove, top):
         add_redis_argument(sub)
 
@@ -189,8 +195,25 @@ def _pool_rates(pairs: list[str]) -> dict[str, str]:
     return rates
 
 
-async def _list(store: ConfigStore, _args: argparse.Namespace) -> None:
+async def _list(store: ConfigStore, args: argparse.Namespace) -> None:
     snapshot = await store.load()
+    if args.output == "json":
+        listed = []
+        for name in sorted(snapshot.tenants):
+            tenant = snapshot.tenants[name]
+            listed.append(
+                {
+                    "name": name,
+                    "tier": tenant.tier.value,
+                    "rate_tokens_per_second": tenant.rate_tokens_per_second,
+                    "burst_seconds": tenant.burst_seconds,
+                    "weight": tenant.weight,
+                    "keys": await store.key_count(name),
+                    "pool_rates": dict(sorted(tenant.pool_rates.items())),
+                }
+            )
+        print_json(listed)
+        return
     print(
         f"{'TENANT':<24} {'TIER':<5} {'RATE (tokens/s)':>16} {'BURST (s)':>9} {'WEIGHT':>7} "
         f"{'KEYS':>5}  POOL RATES"
@@ -217,6 +240,7 @@ async def _remove(store: ConfigStore, args: argparse.Namespace) -> None:
 
 async def _top(store: ConfigStore, args: argparse.Namespace) -> None:
     snapshot = await store.load()
+    found = []
     for pool in snapshot.pools:
         for tier in Tier:
             fairness = await read_tier_fairness(
@@ -226,20 +250,45 @@ async def _top(store: ConfigStore, args: argparse.Namespace) -> None:
                 pool.name,
                 snapshot.tier_rate(tier, pool),
             )
-            index = "-" if fairness.index is None else f"{fairness.index:.3f}"
+            found.append((pool.name, tier, fairness))
+    if args.output == "json":
+        print_json([_top_json(pool, tier, fairness, args.count) for pool, tier, fairness in found])
+        return
+    for pool_name, tier, fairness in found:
+        index = "-" if fairness.index is None else f"{fairness.index:.3f}"
+        print(
+            f"{pool_name} {tier.value}: rate {fairness.rate:,.0f} tokens/s, "
+            f"{len(fairness.tenants)} active, fairness index {index}"
+        )
+        if not fairness.tenants:
+            continue
+        print(
+            f"  {'TENANT':<24} {'WEIGHT':>7} {'SERVED/s':>10} {'REFUSED/s':>10} "
+            f"{'ENTITLED/s':>11} {'SERVED/ENTITLED':>16}"
+        )
+        for usage in fairness.top(args.count):
+            ratio = usage.served / usage.entitled if usage.entitled > 0 else 0.0
             print(
-                f"{pool.name} {tier.value}: rate {fairness.rate:,.0f} tokens/s, "
-                f"{len(fairness.tenants)} active, fairness index {index}"
+                f"  {usage.tenant:<24} {usage.weight:>7g} {usage.served:>10,.0f} "
+                f"{usage.refused:>10,.0f} {usage.entitled:>11,.0f} {ratio:>16.2f}"
             )
-            if not fairness.tenants:
-                continue
-            print(
-                f"  {'TENANT':<24} {'WEIGHT':>7} {'SERVED/s':>10} {'REFUSED/s':>10} "
-                f"{'ENTITLED/s':>11} {'SERVED/ENTITLED':>16}"
-            )
-            for usage in fairness.top(args.count):
-                ratio = usage.served / usage.entitled if usage.entitled > 0 else 0.0
-                print(
-                    f"  {usage.tenant:<24} {usage.weight:>7g} {usage.served:>10,.0f} "
-                    f"{usage.refused:>10,.0f} {usage.entitled:>11,.0f} {ratio:>16.2f}"
-                )
+
+
+def _top_json(pool: str, tier: Tier, fairness: TierFairness, count: int) -> dict[str, Any]:
+    return {
+        "pool": pool,
+        "tier": tier.value,
+        "rate_tokens_per_second": fairness.rate,
+        "active_tenants": len(fairness.tenants),
+        "fairness_index": fairness.index,
+        "tenants": [
+            {
+                "tenant": usage.tenant,
+                "weight": usage.weight,
+                "served_tokens_per_second": usage.served,
+                "refused_tokens_per_second": usage.refused,
+                "entitled_tokens_per_second": usage.entitled,
+            }
+            for usage in fairness.top(count)
+        ],
+    }
