@@ -51,6 +51,7 @@ from sidecar.redis_errors import RedisErrorCollector
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.completion.access_log import AccessLogReceiver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
+from sidecar.request.extproc.decision_log import DecisionLog
 from sidecar.request.extproc.servicer import ExternalProcessor
 from sidecar.request.limiter.overlimit import OverLimitCache
 from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
@@ -263,7 +264,11 @@ class SidecarServer:
         rtds_pb2_grpc.add_RuntimeDiscoveryServiceServicer_to_server(self._runtime_layer, self._grpc)
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(
             ExternalProcessor(
-                self.decider, self.metrics, self.ends.stream_ended, self.ends.first_byte
+                self.decider,
+                self.metrics,
+                self.ends.stream_ended,
+                self.ends.first_byte,
+                DecisionLog(self.settings.decision_log_sample),
             ),
             self._grpc,
         )

@@ -43,6 +43,11 @@ class SidecarSettings:
     chat_template_file: str = setting(
         "", "QOS_CHAT_TEMPLATE_FILE", "the model's chat template, when not beside its tokenizer"
     )
+    decision_log_sample: float = setting(
+        0.0,
+        "QOS_DECISION_LOG_SAMPLE",
+        "share of decisions written to the decision log, one JSON line each (0: none, 1: all)",
+    )
     drain_seconds: float = setting(
         10.0, "QOS_DRAIN_SECONDS", "on SIGTERM, how long open streams may run before being cut"
     )

@@ -54,6 +54,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
         budgeted.reason,
         identity.tier.value,
         place.pool.name,
+        identity.tenant_label,
         asked.parsed.kind.value,
         place.charge.reserved,
         slot=turn.slot,
@@ -69,7 +70,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
 def passed(request: RequestView, identity: Identity) -> Admit:
     """A request that makes no GPU work: tagged, not charged."""
     upstream = tagged(request, identity.tier.value, identity.tenant_label, None)
-    return Admit(upstream, Admission(tier=identity.tier.value))
+    return Admit(upstream, Admission(tier=identity.tier.value, tenant=identity.tenant_label))
 
 
 def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit:
@@ -79,7 +80,7 @@ def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit
     route = {POOL_HEADER: refused.pool} if routed else {}
     tier = refused.tier or default_tier
     upstream = tagged(request, tier, "shadow", None, route)
-    record = Admission(Admitted.SHADOW, tier, refused.pool, shadowed=refused.reason)
+    record = Admission(Admitted.SHADOW, tier, refused.pool, refused.tenant, shadowed=refused.reason)
     return Admit(upstream, record)
 
 

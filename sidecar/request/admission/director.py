@@ -84,7 +84,7 @@ class AdmissionDirector:
         answer = Answering(snapshot)  # what a refusal is answered with, as it is learnt
         try:
             route = route_of(request, snapshot)  # what it is, as the model server routes it
-            answer.shape = ResponseShape(route.kind.api)
+            answer.shape, answer.route = ResponseShape(route.kind.api), route.kind.value
             identity = await self._identify(request, snapshot)  # who sent it: its tier
             answer.identity = identity
             if route.kind is RouteKind.PASS:
@@ -121,11 +121,15 @@ class Answering:
         self.shape: ResponseShape | None = None
         self.identity: Identity | None = None
         self.pool: Pool | None = None
+        self.route = ""
 
     def refused(self, refusal: Refusal) -> Respond:
         tier: Tier | None = self.identity.tier if self.identity is not None else None
-        if tier is None:
-            return respond(refusal, self.shape, None)
+        if tier is None or self.identity is None:
+            return dataclasses.replace(respond(refusal, self.shape, None), route=self.route)
         tiers = self.pool.tiers if self.pool is not None else self._snapshot.config.tiers
         answer = respond(refusal, self.shape, tiers[tier], tier.value)
-        return answer if self.pool is None else dataclasses.replace(answer, pool=self.pool.name)
+        pool = self.pool.name if self.pool is not None else ""
+        return dataclasses.replace(
+            answer, pool=pool, tenant=self.identity.tenant_label, route=self.route
+        )

@@ -24,9 +24,11 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         metrics: SidecarMetrics,
         stream_ended: Callable[[str], object] | None = None,
         on_first_byte: Callable[[Admission, float], None] | None = None,
+        on_decision: Callable[[Decision, float], None] | None = None,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
+        self._on_decision = on_decision  # besides the metrics: the decision log
         self._stream_ended = stream_ended  # with the slot of an admitted exchange
         self._on_first_byte = on_first_byte
 
@@ -67,3 +69,5 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
 
     def _counted(self, decision: Decision, seconds: float) -> None:
         count_decision(self._metrics, decision, seconds)
+        if self._on_decision is not None:
+            self._on_decision(decision, seconds)

@@ -55,6 +55,7 @@ class Admission:
     reason: Admitted = Admitted.ADMITTED
     tier: str = ""
     pool: str = ""  # the model pool that serves it ("" when none was resolved)
+    tenant: str = ""  # who sent it, as the metrics and logs name tenants
     route: str = ""  # the route's kind (sidecar/routes/kinds.py), when it was charged
     cost: float | None = None  # budget tokens charged at admission; None: not charged
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
@@ -84,6 +85,8 @@ class Respond:
     tier: str = ""
     pool: str = ""  # the model pool that would have served it ("" when none was resolved)
     waited: float | None = None  # seconds it was held before this answer; None: at once
+    tenant: str = ""  # who sent it, when known
+    route: str = ""  # the route's kind, when known
 
     @property
     def label(self) -> str:
