@@ -47,12 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import otlp_sink
 import profiling
 import redis
 
 from sidecar.ports import free_port
 from sidecar.request.counting.estimate import estimate_prompt_tokens
-from sidecar.tooling.benchmarks.processors import split_option, start_processor
+from sidecar.tooling.benchmarks.processors import (
+    split_environment,
+    split_option,
+    start_processor,
+)
 from sidecar.tooling.stack import envoy_config
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds
@@ -441,7 +446,7 @@ def _start_processor(
 
 
 def start_gateways(
-    stack: Stack, work: Path, upstream_port: int, variants: dict[str, list[str]]
+    stack: Stack, work: Path, upstream_port: int, variants: dict[str, list[str]], sink: str
 ) -> list[Gateway]:
     """alone, noop, bound, qos, then one more qos-sidecar (and Envoy) per variant."""
     noop_port, noop = _start_noop(stack, work, sys.executable, "noop-processor")
@@ -457,6 +462,8 @@ def start_gateways(
     ]
     for name, given in variants.items():
         flags, python = split_option(given, "--python", sys.executable)
+        flags, environment = split_environment(flags)
+        environment = {k: sink if v == "sink" else v for k, v in environment.items()}
         _, loop = split_option(flags, "--event-loop", "asyncio")  # a serve flag too
         if python != sys.executable or loop != "asyncio":  # its own do-nothing floor too
             port, process = _start_noop(stack, work, python, f"noop-processor-{name}", loop)
@@ -464,7 +471,7 @@ def start_gateways(
         # `--processes N` is serve's own: its workers are the process's children, counted.
         sidecar = start_sidecar(
             work, stack.redis_url, "--log-level", "WARNING", *flags,
-            name=f"sidecar-{name}", python=python,
+            name=f"sidecar-{name}", python=python, env=environment,
         )  # fmt: skip
         stack.processes.append(sidecar.process)
         port = int(sidecar.grpc_address.rsplit(":", 1)[1])
@@ -485,7 +492,10 @@ def start_gateways(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp,
+        contextlib.ExitStack() as stack_context,
+    ):
         work = Path(tmp)
         options = StackOptions.on_free_ports(
             work,
@@ -505,7 +515,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             configure(stack, args.shed_rate)
-            gateways = start_gateways(stack, work, upstream_port, args.variants)
+            sink = stack_context.enter_context(otlp_sink.running_sink())
+            gateways = start_gateways(stack, work, upstream_port, args.variants, sink)
             print(f"admit path: {args.requests} requests per gateway, taking turns ...", flush=True)
             admit_path(gateways, args.requests)
             print(
@@ -845,7 +856,9 @@ def main() -> None:
         help="one more qos-sidecar side by side, started with these serve flags, e.g. "
         "'no-cache=--no-over-limit-cache' or 'p2=--processes 2' (repeat); the bench's "
         "own: --python PATH (another venv's interpreter: its gRPC runtime); with it or "
-        "--event-loop uvloop, a do-nothing server of its own beside it",
+        "--event-loop uvloop, a do-nothing server of its own beside it; --env NAME=VALUE "
+        "(repeat) for its environment, and --env OTEL_EXPORTER_OTLP_ENDPOINT=sink: the "
+        "bench's own OTLP receiver, which counts and drops what it is sent",
     )
     args = parser.parse_args()
     args.variants = {}

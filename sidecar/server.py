@@ -51,6 +51,7 @@ from sidecar.redis_errors import RedisErrorCollector
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.completion.access_log import AccessLogReceiver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
+from sidecar.request.extproc import tracing
 from sidecar.request.extproc.decision_log import DecisionLog
 from sidecar.request.extproc.servicer import ExternalProcessor
 from sidecar.request.limiter.overlimit import OverLimitCache
@@ -108,6 +109,7 @@ class SidecarServer:
         self._health = health.aio.HealthServicer()
         self._admin: web.AppRunner | None = None
         self._ready = False
+        self._tracer = tracing.from_environment()  # off unless OTEL_EXPORTER_OTLP_* says
         # Every Redis call is bounded: a slow Redis must not hold requests for long.
         self.redis = self._connect()
         # The admission records are read from every tier's slot, so from every master of
@@ -269,6 +271,7 @@ class SidecarServer:
                 self.ends.stream_ended,
                 self.ends.first_byte,
                 DecisionLog(self.settings.decision_log_sample),
+                self._tracer,
             ),
             self._grpc,
         )
@@ -329,6 +332,8 @@ class SidecarServer:
         steps += [part.stop() for part in reversed(self._parts)]
         steps += [self.redis.aclose(), self._records_redis.aclose()]
         steps += [self._budget_redis.aclose()] if self._budget_redis is not None else []
+        # The spans batched so far are sent (bounded: an exporter may block on its peer).
+        steps.append(asyncio.to_thread(self._tracer.shutdown))
         for step in steps:
             await shutdown.bounded(step)
         log.info("sidecar stopped")

@@ -40,6 +40,7 @@ from sidecar.request.counting import PromptCounter
 from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import Decision, Hold, RequestView, Respond, no_hold
 from sidecar.request.policy.responses import respond
+from sidecar.request.policy.stages import staged
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.waiting import Waiting
 from sidecar.routes.kinds import RouteKind
@@ -85,19 +86,19 @@ class AdmissionDirector:
         try:
             route = route_of(request, snapshot)  # what it is, as the model server routes it
             answer.shape, answer.route = ResponseShape(route.kind.api), route.kind.value
-            identity = await self._identify(request, snapshot)  # who sent it: its tier
+            identity = staged("identified", await self._identify(request, snapshot))  # its tier
             answer.identity = identity
             if route.kind is RouteKind.PASS:
                 return passed(request, identity)  # no GPU work: tagged, not charged
             parsed = read_body(request, route)  # read, within the body limits
             answer.shape = parsed.shape
             answer.pool = home = pool_for(snapshot, parsed.model)  # the pool of its model
-            place = self._pricing.price(request, snapshot, identity, parsed, home)  # price
+            place = staged("priced", self._pricing.price(request, snapshot, identity, parsed, home))
             places = choose_pools(place)  # its own pool, then those its tier overflows to
-            places = self._overload.admissible(places)  # shed for load, where?
-            budgeted = await self._budget.take(places)  # its cost taken: one Redis call
+            places = staged("load checked", self._overload.admissible(places))  # shed where?
+            budgeted = staged("budget taken", await self._budget.take(places))  # one Redis call
             answer.pool = budgeted.place.pool
-            turn = await self._waiting.turn(budgeted.wait, hold)  # a slot, maybe a wait
+            turn = staged("slot taken", await self._waiting.turn(budgeted.wait, hold))  # waits?
             return admitted(budgeted, turn)  # tagged and scheduled by its tier
         except Refusal as refusal:
             return answer.refused(refusal)

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from sidecar.request.extproc import messages
+from sidecar.request.extproc.tracing import DecisionTracer, NoTracing
 from sidecar.request.policy.decision import (
     Admission,
     Admit,
@@ -43,6 +44,7 @@ from sidecar.request.policy.decision import (
 )
 
 log = logging.getLogger(__name__)
+NO_TRACING = NoTracing()
 
 # Envoy is told to wait this much longer than the hold itself, for the final answer.
 HOLD_MARGIN_SECONDS = 1.0
@@ -76,10 +78,12 @@ class Exchange:
         decider: Decider,
         on_decision: Callable[[Decision, float], None] | None = None,
         on_first_byte: Callable[[Admission, float], None] | None = None,
+        tracer: DecisionTracer = NO_TRACING,
     ) -> None:
         self._decider = decider
         self._on_decision = on_decision
         self._on_first_byte = on_first_byte
+        self._tracer = tracer
         self.started = time.monotonic()  # the stream opens as the request arrives
         self.first_byte_after: float | None = None
         self.phase = Phase.REQUEST_HEADERS
@@ -191,11 +195,14 @@ class Exchange:
             except Exception as error:
                 raise _HoldNotSent from error
 
-        decision = await self._ask(view, hold)
-        if isinstance(decision, Respond) and held_at is not None:
-            decision = dataclasses.replace(decision, waited=time.perf_counter() - held_at)
+        with self._tracer.span(view) as traced:
+            decision = await self._ask(view, hold)
+            if isinstance(decision, Respond) and held_at is not None:
+                decision = dataclasses.replace(decision, waited=time.perf_counter() - held_at)
+            seconds = time.perf_counter() - started
+            decision = traced.finish(decision, seconds)
         self.decision = decision
-        self.decision_seconds = time.perf_counter() - started
+        self.decision_seconds = seconds
         if self._on_decision is not None:
             self._on_decision(decision, self.decision_seconds)
         if isinstance(decision, Admit):

@@ -11,7 +11,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 
 from sidecar.metrics import SidecarMetrics
 from sidecar.request.extproc.decision_metrics import count_decision
-from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
+from sidecar.request.extproc.exchange import NO_TRACING, Exchange, Phase, ProtocolError
+from sidecar.request.extproc.tracing import DecisionTracer
 from sidecar.request.policy.decision import Admission, Decider, Decision
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,12 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         stream_ended: Callable[[str], object] | None = None,
         on_first_byte: Callable[[Admission, float], None] | None = None,
         on_decision: Callable[[Decision, float], None] | None = None,
+        tracer: DecisionTracer = NO_TRACING,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
         self._on_decision = on_decision  # besides the metrics: the decision log
+        self._tracer = tracer
         self._stream_ended = stream_ended  # with the slot of an admitted exchange
         self._on_first_byte = on_first_byte
 
@@ -39,7 +42,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
     ) -> None:
         # The stream read and written through its context: a coroutine, not an async
         # generator over gRPC's request iterator (each a layer the loop registers).
-        exchange = Exchange(self._decider, self._counted, self._on_first_byte)
+        exchange = Exchange(self._decider, self._counted, self._on_first_byte, self._tracer)
         self._metrics.streams_open.inc()
         closed_by_envoy = True
         try:

@@ -18,6 +18,21 @@ def split_option(flags: list[str], name: str, default: str) -> tuple[list[str], 
     return flags[:at] + flags[at + 2 :], flags[at + 1]
 
 
+def split_environment(flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A variant's serve flags without the bench's `--env NAME=VALUE` options (each one
+    variable of its environment: OTEL_* for tracing, say), and those variables."""
+    kept: list[str] = []
+    environment: dict[str, str] = {}
+    pending = iter(flags)
+    for flag in pending:
+        if flag == "--env":
+            name, _, value = next(pending, "").partition("=")
+            environment[name] = value
+        else:
+            kept.append(flag)
+    return kept, environment
+
+
 def start_processor(
     work_dir: Path, name: str, module: str, *flags: str, python: str = sys.executable
 ) -> tuple[str, ManagedProcess]:

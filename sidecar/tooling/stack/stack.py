@@ -59,6 +59,8 @@ class StackOptions:
     seed: int = 0
     mock_args: tuple[str, ...] = ()
     sidecar_args: tuple[str, ...] = ()
+    # More of the sidecar's environment (OTEL_* for its traces, say).
+    sidecar_env: tuple[tuple[str, str], ...] = ()
     envoy_config: Path = envoy_config.LOCAL_CONFIG
     envoy_concurrency: int = 0  # 0: Envoy's default, a worker per core
     report_interval: float = 0.1
@@ -294,7 +296,11 @@ class Stack:
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
                 name=name,
-                env={ADMIN_TOKEN_ENV: self.admin_token, REPORT_TOKEN_ENV: self.report_token},
+                env={
+                    **dict(self.options.sidecar_env),
+                    ADMIN_TOKEN_ENV: self.admin_token,
+                    REPORT_TOKEN_ENV: self.report_token,
+                },
             ).process
         )
 
