@@ -185,3 +185,33 @@ def test_the_page_in_either_theme(charts_stack, browser):
             "return getComputedStyle(document.body).backgroundColor"
         )
     assert background["dark"] != background["light"]
+
+
+@pytest.mark.timeout(60)
+def test_a_1080p_screen_shows_every_table_and_readable_axes(charts_stack, browser):
+    browser.set_window_size(1920, 1080)
+    browser.get(charts_stack.dashboard_url)
+    wait = WebDriverWait(browser, 20)
+    wait.until(expected_conditions.presence_of_element_located((By.ID, "pool-default")))
+    wait.until(expected_conditions.presence_of_element_located((By.ID, "chart-default-admitted")))
+    wait.until(lambda page: page.find_elements(By.CSS_SELECTOR, "#pods tbody tr"))
+    height = browser.execute_script("return window.innerHeight")
+    for table in ("tiers", "pools", "pods"):
+        bottom = browser.execute_script(
+            "return document.getElementById(arguments[0]).getBoundingClientRect().bottom", table
+        )
+        assert 0 < bottom <= height, (table, bottom, height)
+    # Each chart's y axis names five different values (no "1 ms, 1 ms, 1 ms").
+    axes = browser.execute_script(
+        "return [...document.querySelectorAll('#charts svg')].map((svg) =>"
+        " [...svg.querySelectorAll('.grid text[text-anchor=end]')].map((t) => t.textContent))"
+    )
+    assert axes and all(len(labels) == 5 == len(set(labels)) for labels in axes), axes
+    # The formats the axes use, on an axis from 0 to 1 (a fast GPU's first tokens in ms).
+    formatted = browser.execute_async_script(
+        "const done = arguments[0];"
+        "import('/dashboard/static/history.js').then((m) => done("
+        " [0, 0.25, 0.5, 0.75, 1].map((v) => [m.ms(v), m.count(v), m.percent(v)])))"
+    )
+    for column in zip(*formatted, strict=True):
+        assert len(set(column)) == 5, column

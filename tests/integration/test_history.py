@@ -12,12 +12,16 @@ import urllib.request
 
 import grpc
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
+from sidecar.operator.history.window import RATE_SECONDS
 from sidecar.request.extproc.client import ExtProcClient, admitted
 from tests.integration.helpers import wait_until
 
@@ -137,3 +141,57 @@ async def test_a_page_that_takes_gzip_gets_the_same_document_compressed(sidecars
     plain_headers, plain = await asyncio.to_thread(fetch, sidecar)
     assert "Content-Encoding" not in plain_headers
     assert set(unpacked) == set(json.loads(plain)) >= {"pools", "events", "happening", "lines"}
+
+
+def state(sidecar) -> dict:
+    request = urllib.request.Request(
+        f"{sidecar.admin_url}/dashboard/api/state",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def tier_rates(sidecar) -> tuple[float, float]:
+    """P0 admitted and P2 shed a second on the screen's Tiers table, times its window."""
+    tiers = state(sidecar)["tiers"]
+    return (
+        round(tiers["p0"]["admitted_per_second"] * RATE_SECONDS, 6),
+        round(tiers["p2"]["shed_per_second"] * RATE_SECONDS, 6),
+    )
+
+
+async def test_the_tiers_table_rates_are_the_cluster_s_on_every_gateway(sidecars, aredis, browser):
+    store = ConfigStore(aredis)
+    await store.save_config(QosConfig())
+    await store.put_tenant("pay", Tenant(tier=Tier.P0), "r-p0")
+    await store.put_tenant("batch", Tenant(tier=Tier.P2), "r-p2")
+    first, second = sidecars(env=ADMIN), sidecars(env=ADMIN)
+    # The screen of the gateway that decides the least, open before anything is decided.
+    browser.get(f"{second.admin_url}/dashboard?token={TOKEN}")
+    assert await decide(first, "r-p0", 6) == 6
+    assert await decide(second, "r-p0", 4) == 4
+    assert await decide(first, "r-p2", 3) == 0  # shed: no pod reports yet
+
+    def shown(page) -> bool:
+        """P0 1.0 admitted a second and P2 0.3 shed: the cluster's, over the 10 s shown."""
+        cells = page.find_elements(By.CSS_SELECTOR, "#tier-p0 td, #tier-p2 td")
+        return [c.text for c in cells[1:3]] + [c.text for c in cells[12:14]] == [
+            "1.0", "0.0", "0.0", "0.3",
+        ]  # fmt: skip
+
+    waiting = WebDriverWait(browser, 15, ignored_exceptions=(StaleElementReferenceException,))
+    waiting.until(shown)
+    # Both gateways' figures (over the screen's 10 s, once settled) are the cluster's.
+    await wait_until(
+        lambda: tier_rates(first) == tier_rates(second) == (10, 3), 10, "both gateways' rates"
+    )
+    # A gateway started later shows the same, decisions it never saw included.
+    later = sidecars(env=ADMIN)
+    assert await decide(first, "r-p0", 5) == 5
+
+    def agreed() -> bool:
+        seen = tier_rates(later)
+        return seen[0] >= 5 and seen == tier_rates(first)
+
+    await wait_until(agreed, 20, "a later gateway's rates, the cluster's")

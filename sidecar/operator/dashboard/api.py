@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections import defaultdict
 from importlib import resources
 from typing import Any
 
@@ -19,7 +18,7 @@ from sidecar.config.store import Snapshot, StoreLost
 from sidecar.config.switches import switch_mode, switch_shed
 from sidecar.operator.dashboard import auth
 from sidecar.operator.gateway_view import GatewayView
-from sidecar.operator.history.recorder import HistoryRecorder
+from sidecar.operator.history.recorder import REREAD_SECONDS, HistoryRecorder
 
 STATIC = resources.files("sidecar.operator.dashboard").joinpath("static")
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
@@ -138,17 +137,6 @@ async def _json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _decision_counts(gateway: GatewayView) -> dict[str, dict[str, float]]:
-    counts: dict[str, dict[str, float]] = defaultdict(lambda: {"admitted": 0.0, "shed": 0.0})
-    for metric in gateway.decisions.collect():
-        for sample in metric.samples:
-            if not sample.name.endswith("_total"):
-                continue
-            kind = "admitted" if sample.labels["outcome"] == "admit" else "shed"
-            counts[sample.labels["tier"]][kind] += sample.value
-    return counts
-
-
 def _pools(gateway: GatewayView, snapshot: Snapshot) -> list[dict[str, Any]]:
     """Each model pool's load, limit, capacity in force and shedding."""
     pools = []
@@ -177,14 +165,18 @@ def _pools(gateway: GatewayView, snapshot: Snapshot) -> list[dict[str, Any]]:
 def _state(gateway: GatewayView, history: HistoryRecorder) -> dict[str, Any]:
     snapshot = gateway.watcher.current
     load = gateway.monitor.state.load
-    counts = _decision_counts(gateway)
+    # Cluster-wide, from the history every sidecar adds to: the same on every gateway's
+    # page, and there from the first poll.
+    rates = history.window.tier_rates(settled_after=REREAD_SECONDS)
     held = gateway.queue.slots.by_tier()
     tiers = {}
     for tier in Tier:
         compliance = gateway.controller.compliance[tier]
         overload = gateway.monitor.state.shedding[tier]
+        counted = rates.get(tier.value, {"admitted": 0.0, "shed": 0.0})
         tiers[tier.value] = {
-            **counts[tier.value],
+            "admitted_per_second": counted["admitted"],
+            "shed_per_second": counted["shed"],
             "in_flight": held[tier],
             "waiting": gateway.queue.scheduler.waiting(tier),
             "compliance": compliance.ratio,

@@ -24,6 +24,7 @@ SECONDS = 600  # ten minutes
 # First-token time buckets (upper bounds, ms); the last catches the rest.
 TTFT_BUCKETS_MS = (50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000)
 P99_OVER_SECONDS = 10  # a chart's p99 at a second is over the samples of the 10 s up to it
+RATE_SECONDS = 10  # a tier's decisions a second, on the screen: over 10 s
 _TEXT = ("g|mode", "|shedding|")  # gauges whose values are words, not numbers
 
 Value = float | str | None
@@ -139,6 +140,23 @@ class Window:
             "share": self._list(f"g|{pool}|share|{tier}"),
             "shedding": self._list(f"g|{pool}|shedding|{tier}"),
         }
+
+    def tier_rates(self, settled_after: int, seconds: int = RATE_SECONDS) -> dict[str, dict]:
+        """Each tier's decisions a second, cluster-wide (every pool, every sidecar), over
+        the `seconds` seconds before the newest `settled_after` ones (those sidecars may
+        still be adding to): admitted, and answered by the sidecar (shed or refused)."""
+        rates: dict[str, dict[str, float]] = {}
+        if self.now is None:
+            return rates
+        end = SECONDS - settled_after
+        for name, column in self._columns.items():
+            if not name.startswith("d|"):
+                continue
+            _, _, tier, kind = name.split("|", 3)
+            total = sum(float(value or 0.0) for value in list(column)[end - seconds : end])
+            counted = rates.setdefault(tier, {"admitted": 0.0, "shed": 0.0})
+            counted["admitted" if kind == "admit" else "shed"] += total / seconds
+        return rates
 
     def _list(self, name: str) -> list[Value]:
         column = self._columns.get(name)

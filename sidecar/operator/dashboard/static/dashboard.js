@@ -5,7 +5,6 @@ import {render as renderHistory} from "./history.js";
 
 const TIERS = ["p0", "p1", "p2"];
 const HISTORY_EVERY_MS = 2000;
-let previous = null;
 
 async function call(path, body) {
   const options = body === undefined ? {} : {
@@ -66,18 +65,15 @@ function render(state) {
   document.getElementById("mode-last").textContent =
     lastSwitch(state.switches, (what) => what.startsWith("mode "));
   renderChanges(state.switches);
-  const seconds = previous ? (state.at - previous.at) : 0;
   const body = document.querySelector("#tiers tbody");
   body.replaceChildren();
   for (const tier of TIERS) {
     const t = state.tiers[tier];
-    const before = previous ? previous.tiers[tier] : null;
-    const rate = (key) => before && seconds > 0 ? ((t[key] - before[key]) / seconds).toFixed(1) : "–";
     const row = body.insertRow();
     row.id = `tier-${tier}`;
     cell(row, tier.toUpperCase());
-    cell(row, rate("admitted"));
-    cell(row, rate("shed"));
+    cell(row, t.admitted_per_second.toFixed(1));
+    cell(row, t.shed_per_second.toFixed(1));
     cell(row, t.in_flight);
     cell(row, t.waiting);
     const ok = t.compliance === null ? "" : (t.compliance >= t.target ? "good" : "bad");
@@ -134,7 +130,6 @@ function render(state) {
     item.textContent = `${new Date(move.at * 1000).toLocaleTimeString()} — ${move.reason}`;
     moves.appendChild(item);
   }
-  previous = state;
 }
 
 async function act(body, path) {

@@ -21,9 +21,11 @@ const CHARTS = [
   ["ttft", "First token p99 against the SLO"], ["shares", "Tier shares (the controller's)"],
 ];
 
-const percent = (v) => `${Math.round(100 * v)} %`;
-const count = (v) => v >= 10 ? `${Math.round(v)}` : `${Number(v.toFixed(2))}`;
-const ms = (v) => v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`;
+export const percent = (v) => `${Math.round(100 * v)} %`;
+export const count = (v) => v >= 10 ? `${Math.round(v)}` : `${Number(v.toFixed(2))}`;
+// Small values keep their decimals: an axis from 0 to 1 ms reads 0.25, 0.5, 0.75 ms.
+export const ms = (v) => v >= 1000 ? `${Number((v / 1000).toFixed(2))} s`
+  : `${v >= 10 ? Math.round(v) : Number(v.toFixed(2))} ms`;
 const label = (tier) => tier.toUpperCase();
 const last = (values) => values.findLast((v) => v !== null && v !== undefined);
 
