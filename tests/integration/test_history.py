@@ -32,13 +32,18 @@ ADMIN = {"QOS_ADMIN_TOKEN": TOKEN}
 BODY = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
 
-def page(sidecar) -> dict:
+def admin_json(sidecar, what: str) -> dict:
+    """The dashboard API's `what` (history, state), with the admin token."""
     request = urllib.request.Request(
-        f"{sidecar.admin_url}/dashboard/api/history",
+        f"{sidecar.admin_url}/dashboard/api/{what}",
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.loads(response.read())
+
+
+def page(sidecar) -> dict:
+    return admin_json(sidecar, "history")
 
 
 def totals(sidecar) -> tuple[float, float]:
@@ -143,18 +148,9 @@ async def test_a_page_that_takes_gzip_gets_the_same_document_compressed(sidecars
     assert set(unpacked) == set(json.loads(plain)) >= {"pools", "events", "happening", "lines"}
 
 
-def state(sidecar) -> dict:
-    request = urllib.request.Request(
-        f"{sidecar.admin_url}/dashboard/api/state",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.loads(response.read())
-
-
 def tier_rates(sidecar) -> tuple[float, float]:
     """P0 admitted and P2 shed a second on the screen's Tiers table, times its window."""
-    tiers = state(sidecar)["tiers"]
+    tiers = admin_json(sidecar, "state")["tiers"]
     return (
         round(tiers["p0"]["admitted_per_second"] * RATE_SECONDS, 6),
         round(tiers["p2"]["shed_per_second"] * RATE_SECONDS, 6),
