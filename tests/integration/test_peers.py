@@ -26,3 +26,14 @@ async def test_a_silent_sidecar_stops_counting_after_its_ttl(aredis):
     await gone.heartbeat({"chat": 4}, ttl_seconds=0)  # stale at once
     await alive.heartbeat({})
     assert (alive.others_in_flight, alive.others_in_pool) == (0, {})
+
+
+async def test_each_tier_s_in_flight_and_waiting_add_up_beside_the_pools(aredis):
+    one, two, three = (PeerRegistry(aredis, name) for name in ("one", "two", "three"))
+    await one.heartbeat({"default": 3}, 1.0, {"p0": 2, "p2": 1}, {"p2": 4})
+    await two.heartbeat({"default": 2}, 1.0, {"p0": 2}, {"p1": 1, "p2": 1})
+    await three.heartbeat({})
+    assert three.others_in_pool == {"default": 5}  # the tiers' counts are not pools
+    assert three.others_in_tier == {"p0": 4, "p2": 1}
+    assert three.others_waiting == {"p1": 1, "p2": 5}
+    assert three.others_in_flight == 5  # slots are counted once, by pool

@@ -168,17 +168,17 @@ def _state(gateway: GatewayView, history: HistoryRecorder) -> dict[str, Any]:
     # Cluster-wide, from the history every sidecar adds to: the same on every gateway's
     # page, and there from the first poll.
     rates = history.window.tier_rates(settled_after=REREAD_SECONDS)
-    held = gateway.queue.slots.by_tier()
     tiers = {}
     for tier in Tier:
         compliance = gateway.controller.compliance[tier]
         overload = gateway.monitor.state.shedding[tier]
         counted = rates.get(tier.value, {"admitted": 0.0, "shed": 0.0})
+        in_flight, waiting = gateway.queue.cluster_by_tier(tier)  # every gateway's
         tiers[tier.value] = {
             "admitted_per_second": counted["admitted"],
             "shed_per_second": counted["shed"],
-            "in_flight": held[tier],
-            "waiting": gateway.queue.scheduler.waiting(tier),
+            "in_flight": in_flight,
+            "waiting": waiting,
             "compliance": compliance.ratio,
             "samples": compliance.samples,
             "target": snapshot.config.slo.targets[tier].compliance,

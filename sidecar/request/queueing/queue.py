@@ -96,6 +96,17 @@ class AdmissionQueue:
         """This sidecar and the peers whose heartbeat it last saw."""
         return 1 + (self._peers.peers if self._peers else 0)
 
+    def cluster_by_tier(self, tier: Tier) -> tuple[int, int]:
+        """Slots held and requests waiting in `tier`, by every sidecar (as of the last
+        heartbeat, a tenth of a second ago at most)."""
+        peers = self._peers
+        held = self.slots.by_tier()[tier] + (
+            peers.others_in_tier.get(tier.value, 0) if peers else 0
+        )
+        waiting = self.scheduler.waiting(tier)
+        waiting += peers.others_waiting.get(tier.value, 0) if peers else 0
+        return held, waiting
+
     @property
     def cluster_in_flight(self) -> int:
         return len(self.slots) + self.others_in_flight
@@ -231,7 +242,9 @@ class AdmissionQueue:
                 log.warning("slot taken back after its lease", extra={"slot": slot.id})
             if self._peers is not None and tick % beat_every == 0:
                 try:
-                    await self._peers.heartbeat(self.slots.by_pool())
+                    by_tier = {t.value: n for t, n in self.slots.by_tier().items()}
+                    waiting = {t.value: self.scheduler.waiting(t) for t in Tier}
+                    await self._peers.heartbeat(self.slots.by_pool(), 1.0, by_tier, waiting)
                 except redis.RedisError as error:
                     redis_errors.note("peers")
                     log.debug("peer heartbeat failed: %s", error)
