@@ -33,6 +33,17 @@ ensure_system_packages() {
 ensure_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$1]"
+  prefer_opentelemetry_protos "$VENV/bin/python"
+}
+
+# prefer_opentelemetry_protos PYTHON: xds-protos ships an older copy of the OpenTelemetry
+# protos, in the same files as opentelemetry-proto's; whichever pip installs last wins,
+# and the OTLP exporter needs the newer. Envoy's messages take the newer as well.
+prefer_opentelemetry_protos() {
+  local version
+  version="$("$1" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
+  "$1" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+    "opentelemetry-proto==$version"
 }
 
 # ensure_engine_venv: the real engine (the `engine` extra, vLLM's CPU build) in a venv of
