@@ -10,6 +10,7 @@ unless told to `--override` (until the file changes, or a sidecar given it start
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -161,7 +162,7 @@ async def _diff(store: ConfigStore, args: argparse.Namespace) -> None:
     held = _document((await _loaded(store)).config)
     found = differences(held, wanted)
     if args.output == "json":
-        print_json([{"field": c.field, "old": c.old, "new": c.new} for c in found])
+        print_json([dataclasses.asdict(change) for change in found])
         return
     changes = [change.describe() for change in found]
     print("\n".join(changes) if changes else f"{args.file} is what Redis holds")

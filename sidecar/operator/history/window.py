@@ -17,6 +17,7 @@ second costs the same however full the window is.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from collections.abc import Iterable, Mapping
 
@@ -153,7 +154,8 @@ class Window:
             if not name.startswith("d|"):
                 continue
             _, _, tier, kind = name.split("|", 3)
-            total = sum(float(value or 0.0) for value in list(column)[end - seconds : end])
+            recent = itertools.islice(column, end - seconds, end)
+            total = sum(float(value or 0.0) for value in recent)
             counted = rates.setdefault(tier, {"admitted": 0.0, "shed": 0.0})
             counted["admitted" if kind == "admit" else "shed"] += total / seconds
         return rates

@@ -46,6 +46,10 @@ class Prompt:
     # The chat template's role markers, estimated (exact counts render the template).
     template_overhead: int = 0
 
+    def rendered_texts(self, unrendered: frozenset[TemplateField]) -> list[str]:
+        """Its texts to count: all but those of fields the pool's template leaves out."""
+        return [*self.texts, *(t for f, t in self.template_texts if f not in unrendered)]
+
     @property
     def estimated_from_outside(self) -> bool:
         """Part of the cost is a configured estimate, to settle from the answer's usage."""

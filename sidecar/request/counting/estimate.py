@@ -15,7 +15,7 @@ def estimate(parsed: ParsedRequest, unrendered: frozenset[TemplateField] = froze
     """The prompt's tokens but media's: the texts of fields the pool's chat template
     does not render are left out."""
     prompt = parsed.prompt
-    texts = [*prompt.texts, *(t for f, t in prompt.template_texts if f not in unrendered)]
+    texts = prompt.rendered_texts(unrendered)
     return (
         prompt.fixed_tokens
         + prompt.template_overhead

@@ -56,7 +56,7 @@ class ExactCounter:
                 log.debug("the chat template refused a request: %s", error)
         prompt = parsed.prompt
         special = parsed.kind is RouteKind.COMPLETIONS
-        texts = [*prompt.texts, *(t for f, t in prompt.template_texts if f not in unrendered)]
+        texts = prompt.rendered_texts(unrendered)
         return (
             prompt.fixed_tokens
             + prompt.template_overhead

@@ -73,8 +73,9 @@ class ChatTemplate:
         env = environment()
         self._template = env.from_string(source)
         self._special_tokens = special_tokens
-        self.variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
-        self.loops_over_content = _loops_over_content(env.parse(source))
+        tree = env.parse(source)
+        self.variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
+        self.loops_over_content = _loops_over_content(tree)
         self.knows_developer = '"developer"' in source or "'developer'" in source
 
     def render(self, variables: dict[str, Any], template_kwargs: dict[str, Any]) -> str:

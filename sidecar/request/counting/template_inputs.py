@@ -37,11 +37,9 @@ def template_messages(
 def _message(message: Message, parts_as_list: bool) -> Message:
     role = message.get("role")
     texts = list(_texts(message.get("content")))
-    content: Any = (
-        [{"type": "text", "text": t} for t in texts] if parts_as_list else "\n".join(texts)
-    )
-    if role == "tool" and isinstance(content, list):
-        content = "\n".join(texts)
+    # A tool result's parts become one string, whatever the template.
+    as_parts = parts_as_list and role != "tool"
+    content: Any = [{"type": "text", "text": t} for t in texts] if as_parts else "\n".join(texts)
     read: Message = {"role": role, "content": content}
     if role == "assistant":
         calls = message.get("tool_calls")

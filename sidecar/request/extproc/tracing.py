@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.request.extproc.decision_log import decision_fields
@@ -43,10 +43,13 @@ class _Untraced:
         return decision
 
 
+# Reused by every decision: no generator or object made per request while tracing is off.
+_NO_SPAN = contextlib.nullcontext(_Untraced())
+
+
 class NoTracing:
-    @contextlib.contextmanager
-    def span(self, view: RequestView) -> Iterator[Traced]:
-        yield _Untraced()
+    def span(self, view: RequestView) -> contextlib.AbstractContextManager[Traced]:
+        return _NO_SPAN
 
     def shutdown(self) -> None:
         pass
