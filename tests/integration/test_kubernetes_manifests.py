@@ -58,6 +58,20 @@ def pod(documents: list[dict], kind: str, name: str) -> dict:
     return named(documents, kind, name)["spec"]["template"]["spec"]
 
 
+def volumes_resolve(documents: list[dict]) -> None:
+    """Every volume a pod mounts is one it has (a claim, a ConfigMap the variant makes,
+    a Secret), and none it has is left unmounted."""
+    for document in (d for d in documents if d["kind"] in ("Deployment", "StatefulSet")):
+        spec = document["spec"]["template"]["spec"]
+        mounted = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts", [])}
+        claims = {c["metadata"]["name"] for c in document["spec"].get("volumeClaimTemplates", [])}
+        volumes = spec.get("volumes", [])
+        assert {v["name"] for v in volumes} | claims == mounted, document["metadata"]["name"]
+        for volume in volumes:
+            if "configMap" in volume:
+                named(documents, "ConfigMap", volume["configMap"]["name"])
+
+
 @pytest.mark.parametrize("kustomization", kustomizations(), ids=lambda p: p.name)
 def test_every_kustomization_builds_and_validates(kustomization):
     documents = built(kustomization)
@@ -70,6 +84,7 @@ def test_every_kustomization_builds_and_validates(kustomization):
             continue
         # Raises on a field the release does not know, or a wrong type.
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
+    volumes_resolve(documents)
 
 
 def test_the_variants_differ_only_in_how_the_load_is_learnt():
