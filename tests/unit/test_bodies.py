@@ -9,7 +9,7 @@ import pytest
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import MediaConfig, QosConfig
 from sidecar.config.template import TemplateField
-from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest
+from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest, parse_object
 from sidecar.request.bodies.parsed import Media, TextForm
 from sidecar.request.bodies.read import read
 from sidecar.request.bodies.tokens import estimate_text_tokens
@@ -246,3 +246,41 @@ def test_bodies_beyond_the_limits_are_refused_not_walked():
     # Brackets inside strings are text, not depth.
     text = {"messages": [{"role": "user", "content": "[" * 1000}], "max_tokens": 5}
     assert parse("/v1/messages", text).prompt.texts == ("[" * 1000,)
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH, MAX_DEPTH + 1, 900])
+def test_the_depth_limit_counts_every_container_the_body_included(levels):
+    # The body's own object is level 1; the rest nests in one of its fields, alternating
+    # objects and arrays, beside a shallow sibling that must not hide it.
+    nested: object = 1
+    for level in range(levels - 1):
+        nested = [nested] if level % 2 else {"k": nested}
+    raw = json.dumps({"model": "m", "shallow": [], "deep": nested}).encode()
+    if levels <= MAX_DEPTH:
+        assert parse_object(raw)["model"] == "m"
+    else:
+        with pytest.raises(InvalidRequest, match=f"{MAX_DEPTH} levels"):
+            parse_object(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b'{"a": "\xff"}', "not valid UTF-8"),
+        (b"\xff\xfe\x00garbage", "not valid UTF-8"),
+        (b"", "not valid JSON"),
+        (b'{"a": 1} trailing', "trailing"),
+        (b'{"a": NaN}', "invalid character"),
+        (b"\xef\xbb\xbf{}", "invalid character"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_what_is_not_a_json_object_is_refused_with_its_reason(raw, why):
+    with pytest.raises(InvalidRequest, match=why):
+        parse_object(raw)
+
+
+def test_numbers_are_read_as_written():
+    # Integers past 64 bits stay integers (a seed), so a rewritten body keeps them exact.
+    body = parse_object(b'{"seed": 123456789012345678901234567890, "temperature": 0.1}')
+    assert body == {"seed": 123456789012345678901234567890, "temperature": 0.1}

@@ -4,8 +4,9 @@ may not send) and the admission's record. Pure."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import msgspec
 
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.request.admission.budget import Budgeted
@@ -101,7 +102,7 @@ def tagged(
     stripped = dict.fromkeys(n for n in (*present, *LOGGED_HEADERS, *engine) if n not in tags)
     replacement = None
     if body is not None:
-        replacement = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        replacement = msgspec.json.encode(body)  # compact, UTF-8 as it came
     return Upstream(tags, tuple(stripped), replacement, reroute=POOL_HEADER in tags)
 
 

@@ -1,15 +1,19 @@
 """The shape a body may have before any reader walks it: bounded, or refused with a 400.
 
-Python's JSON parser recurses: a body nested 100 000 levels deep raises RecursionError
-(and a reader walking it would too). Depth is measured on the raw bytes first, strings
-blanked out, at C speed; every array a reader walks is bounded in length.
+Bodies are parsed by msgspec (bench/json_parsers.py: a tenth of the standard library's
+time with the depth scan it needed on a 220 KB prompt, half on an ordinary request), in
+one pass over the bytes that checks their UTF-8 too. Its parser recurses: a body nested
+far deeper than any API allows stops it at Python's recursion limit, refused as too
+deep; within that, the depth is counted on the parsed containers, a cost that grows
+with their number, not with the length of the prompt's text. Every array a reader walks
+is bounded in length.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
+
+import msgspec
 
 # Deeper than any API's own documents (tool schemas, structured outputs) need.
 MAX_DEPTH = 64
@@ -31,38 +35,48 @@ class InvalidRequest(ValueError):
         self.param = param
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_DECODER = msgspec.json.Decoder()
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, within MAX_DEPTH."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest("The request body is not valid UTF-8.") from None
-    check_depth(raw)
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc.msg}.") from None
-    except RecursionError:  # within MAX_DEPTH this cannot happen; kept as the last word
+        body = _DECODER.decode(raw)
+    except msgspec.DecodeError as error:
+        raise _not_json(raw, error) from None
+    except RecursionError:
         raise _too_deep() from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    check_depth(body)
     return body
 
 
-def check_depth(raw: bytes) -> None:
-    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+def _not_json(raw: bytes, error: msgspec.DecodeError) -> InvalidRequest:
+    """Why the body is refused: not UTF-8 at all (looked at only once it failed), or
+    msgspec's reason ("JSON is malformed: invalid character (byte 5)")."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return InvalidRequest("The request body is not valid UTF-8.")
+    reason = str(error).removeprefix("JSON is malformed: ").rstrip(".")
+    return InvalidRequest(f"The request body is not valid JSON: {reason}.")
+
+
+def check_depth(body: dict[str, Any]) -> None:
+    """Level by level: each level's containers, the body's own the first."""
+    level: list[Any] = [body]
     depth = 0
-    for byte in brackets:
-        if byte in b"[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise _too_deep()
-        else:
-            depth -= 1
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        level = [
+            child
+            for container in level
+            for child in (container.values() if isinstance(container, dict) else container)
+            if isinstance(child, dict | list)
+        ]
 
 
 def _too_deep() -> InvalidRequest:

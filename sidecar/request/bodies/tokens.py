@@ -20,6 +20,8 @@ TOKENS_PER_MESSAGE = 4
 
 
 def estimate_text_tokens(text: str) -> int:
+    if text.isascii():  # known without a look at the text: CPython marks ASCII strings
+        return math.ceil(len(text) / ASCII_CHARS_PER_TOKEN)
     non_ascii = len(text) - len(text.encode("ascii", "ignore"))
     ascii_chars = len(text) - non_ascii
     return math.ceil(ascii_chars / ASCII_CHARS_PER_TOKEN + non_ascii * NON_ASCII_TOKENS_PER_CHAR)

@@ -92,7 +92,9 @@ class Exchange:
         self.response_watched = False  # Envoy was asked for the response headers
         self.decision: Decision | None = None
         self.decision_seconds: float | None = None
-        self._body = bytearray()
+        # BUFFERED: the whole body in one message, decided on as it came (protobuf's
+        # bytes, not copied again); STREAMED: its chunks, joined once at the end.
+        self._chunks: list[bytes] = []
 
     async def answer(self, message: ext_proc.ProcessingRequest, send: Send) -> None:
         """Send the responses to one message from Envoy: one, or two for a held request."""
@@ -138,11 +140,14 @@ class Exchange:
             await send(messages.continue_message("request_headers"))
 
     async def _on_request_body(self, body: ext_proc.HttpBody, send: Send) -> None:
-        self._body += body.body
+        self._chunks.append(body.body)
         if not body.end_of_stream:  # STREAMED mode: keep collecting
             await send(messages.continue_message("request_body"))
             return
-        await self._decide("request_body", bytes(self._body), send)
+        await self._decide("request_body", self._whole_body(), send)
+
+    def _whole_body(self) -> bytes:
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
     async def _on_request_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
         # Trailers end a body that had no end_of_stream: the request is complete.
@@ -151,7 +156,7 @@ class Exchange:
                 answer = messages.continue_message("request_trailers")
             await send(answer)
 
-        await self._decide("request_body", bytes(self._body), as_trailers)
+        await self._decide("request_body", self._whole_body(), as_trailers)
 
     async def _on_response_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
         status = messages.header_dict(headers).get(":status", "")

@@ -5,7 +5,8 @@ it does for each request only what any admission policy of this shape cannot ski
 the cheapest way this project knows:
 
   - read the request headers into a dict (the API key and the path are in them);
-  - parse the JSON body and estimate the prompt's tokens (sidecar.request.bodies.tokens);
+  - parse the JSON body (msgspec, as the sidecar does) and estimate the prompt's tokens
+    (sidecar.request.bodies.tokens);
   - hash the API key (the tenant's identity, as the configuration store keys it);
   - one budget call: EVALSHA of a token bucket (TIME, HMGET, HSET) on the shared
     multiplexed connection (sidecar/redis_multiplexed.py), bounded by a timeout;
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 
 import grpc
+import msgspec
 from envoy.config.core.v3 import base_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
@@ -84,7 +85,7 @@ class LeastPolicy(ext_proc_grpc.ExternalProcessorServicer):
 
     async def _decide(self, headers: dict[str, str], body: bytes) -> ext_proc.ProcessingResponse:
         started = time.perf_counter()
-        completion = json.loads(body)
+        completion = msgspec.json.decode(body)
         api_key = headers.get("authorization", "").removeprefix("Bearer ")
         tenant = hash_api_key(api_key)[:12]
         cost = estimate_prompt_tokens(completion) + int(completion.get("max_tokens") or 16)
