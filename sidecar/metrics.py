@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -23,6 +24,8 @@ disable_created_metrics()
 class SidecarMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # Each labelled series looked up once: labels() checks and locks on every call.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.decisions = Counter(
             "qos_decisions",
             "Admission decisions, by tier, outcome, reason and model pool.",
@@ -164,6 +167,14 @@ class SidecarMetrics:
             "ext_proc messages that did not fit the exchange's phase.",
             registry=self.registry,
         )
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, kept: the decisions' hot path asks for few series."""
+        key = (id(metric), values)  # the metrics live as long as this object
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
 
 class BucketLevelCollector(Collector):

@@ -124,6 +124,8 @@ def _split(routes: Mapping[str, RouteKind]) -> tuple[dict[str, RouteKind], Patte
     return exact, patterns
 
 
+RESOLVED_KEPT = 4096
+
 _READS: Patterns = tuple(
     (tuple(path.strip("/").split("/")), RouteKind.PASS) for path in CLIENT_READS
 )
@@ -135,8 +137,21 @@ class RouteTable:
     patterns: Patterns = field(default_factory=lambda: _split(BUILT_IN)[1])
     # Paths listed (by the operator) for connection upgrades, such as WebSockets.
     upgrades: frozenset[str] = frozenset()
+    # Requests come by a few paths, over and over: each spelling is resolved once.
+    _resolved: dict[tuple[str, str, bool], Route] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def resolve(self, method: str, raw_path: str, upgrade: bool = False) -> Route:
+        key = (method, raw_path, upgrade)
+        route = self._resolved.get(key)
+        if route is None:
+            if len(self._resolved) >= RESOLVED_KEPT:  # a client making paths up
+                self._resolved.clear()
+            route = self._resolved[key] = self._resolve(method, raw_path, upgrade)
+        return route
+
+    def _resolve(self, method: str, raw_path: str, upgrade: bool) -> Route:
         path = canonical_path(raw_path)
         if path in OPERATIONAL:
             return Route(RouteKind.REFUSE, path, listed=True)

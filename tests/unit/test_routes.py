@@ -7,7 +7,14 @@ import pytest
 
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.paths import canonical_path
-from sidecar.routes.table import BUILT_IN, OPERATIONAL, RouteInvalid, RouteTable, build
+from sidecar.routes.table import (
+    BUILT_IN,
+    OPERATIONAL,
+    RESOLVED_KEPT,
+    RouteInvalid,
+    RouteTable,
+    build,
+)
 
 SPELLINGS = [
     "/v1/chat/completions",
@@ -96,3 +103,16 @@ def test_operators_add_routes_and_change_built_in_ones():
 def test_routes_the_gateway_cannot_take_are_refused_with_their_reason(routes, named):
     with pytest.raises(RouteInvalid, match=named):
         build(routes)
+
+
+def test_resolved_routes_are_kept_within_a_bound_and_stay_right():
+    table = RouteTable()
+    chat = table.resolve("POST", "/v1/chat/completions")
+    assert table.resolve("POST", "/v1/chat/completions") is chat  # kept
+    # A client inventing paths cannot grow the memo past its bound, nor change answers.
+    for index in range(RESOLVED_KEPT + 10):
+        assert table.resolve("POST", f"/made/up/{index}").kind is RouteKind.REFUSE
+    assert len(table._resolved) <= RESOLVED_KEPT
+    assert table.resolve("POST", "/v1/chat/completions") == chat
+    assert table.resolve("GET", "/v1/chat/completions").kind is not chat.kind
+    assert table.resolve("POST", "/v1/chat/completions", upgrade=True).kind is RouteKind.REFUSE

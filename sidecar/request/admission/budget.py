@@ -28,7 +28,7 @@ from sidecar.config.pools import Pool
 from sidecar.loops.overload.admitted import ProjectedAdmission
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason, Refusal, shed
-from sidecar.request.admission.budgets import budget_buckets
+from sidecar.request.admission.budgets import BucketsMemo
 from sidecar.request.admission.overflow import OVERFLOW_REASONS, Places
 from sidecar.request.admission.refunds import BucketLevels
 from sidecar.request.admission.request import Placement
@@ -91,6 +91,7 @@ class Budget:
         self._lines = lines
         self._demand = Demand(clock)
         self._clock = clock
+        self._budget_buckets = BucketsMemo()
 
     async def take(self, places: Places) -> Budgeted:
         """The first place whose budgets take the request, or in whose line it waits:
@@ -235,7 +236,9 @@ class Budget:
     def _buckets(self, place: Placement) -> list[BucketSpec]:
         # The pool's capacity follows the pods that say theirs.
         capacity = self._shedding().for_pool(place.pool.name).capacity(place.pool)
-        return budget_buckets(place.asked.snapshot, place.asked.identity, place.pool, capacity)
+        return self._budget_buckets(
+            place.asked.snapshot, place.asked.identity, place.pool, capacity
+        )
 
     def _project(self, place: Placement) -> ProjectedAdmission | None:
         if self._projection is None:

@@ -1,5 +1,6 @@
 """A request's budgets: the tier's bucket in its pool (shared fairly by the tier's
-tenants) and its tenant's own, with their rates, bursts and debts. Pure."""
+tenants) and its tenant's own, with their rates, bursts and debts. Pure, but for a
+memo of them: the same tenant asks the same buckets over and over."""
 
 from __future__ import annotations
 
@@ -49,3 +50,27 @@ def _fair_share(
         fairness.active_seconds,
         fairness.reserve * burst,
     )
+
+
+# Tenant, pool and capacity combinations remembered at most, before the memo starts anew.
+MEMO_ENTRIES = 4096
+
+
+class BucketsMemo:
+    """budget_buckets(), kept for the configuration in force: a new snapshot (config,
+    tenants or the controller's shares changed) starts it anew."""
+
+    def __init__(self) -> None:
+        self._snapshot: Snapshot | None = None  # held: its buckets are the memo's
+        self._known: dict[tuple[Identity, str, float], tuple[BucketSpec, ...]] = {}
+
+    def __call__(
+        self, snapshot: Snapshot, identity: Identity, pool: Pool, capacity: float
+    ) -> list[BucketSpec]:
+        if snapshot is not self._snapshot or len(self._known) >= MEMO_ENTRIES:
+            self._snapshot, self._known = snapshot, {}
+        key = (identity, pool.name, capacity)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = tuple(budget_buckets(snapshot, identity, pool, capacity))
+        return list(found)

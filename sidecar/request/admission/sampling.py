@@ -22,12 +22,13 @@ class ResponseSampler:
         self._snapshot = snapshot
         self._sample = sample
         self._budget = LocalTokenBuckets(clock)
+        self._bucket = BucketSpec("ttft-samples", 1.0, 1.0, owner=Owner.SAMPLES)
 
     def watch(self) -> bool:
         slo = self._snapshot().config.slo
         if slo.ttft_sample_rate <= 0 or self._sample() >= slo.ttft_sample_rate:
             return False
         rate = slo.ttft_samples_per_second
-        return self._budget.acquire(
-            1, [BucketSpec("ttft-samples", rate, rate, owner=Owner.SAMPLES)]
-        ).allowed
+        if self._bucket.rate != rate:  # made once per configured rate, not per request
+            self._bucket = BucketSpec("ttft-samples", rate, rate, owner=Owner.SAMPLES)
+        return self._budget.acquire(1, [self._bucket]).allowed

@@ -54,7 +54,7 @@ class ExchangeEnds:
         if slot.reservation is not None:
             self._settle(slot, slot.reservation, end)
         how = _how(end)
-        self._metrics.exchange_ends.labels(slot.tier.value, how).inc()
+        self._metrics.child(self._metrics.exchange_ends, slot.tier.value, how).inc()
         # A whole answer's SLO is its total time; a streamed one's is its first token's.
         if not slot.stream and how != "client_gone" and end.seconds_total is not None:
             self._samples.record(
@@ -84,7 +84,9 @@ class ExchangeEnds:
     def _unlogged_end(self, slot: str) -> None:
         released = self._queue.release(slot)
         if released is not None:
-            self._metrics.exchange_ends.labels(released.tier.value, "before_response").inc()
+            self._metrics.child(
+                self._metrics.exchange_ends, released.tier.value, "before_response"
+            ).inc()
 
     def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
         """Give the buckets back what the request did not use, or take what it owes."""
@@ -96,8 +98,10 @@ class ExchangeEnds:
         if self._give_back is not None:
             self._give_back(reservation, -settled.difference)
         tier = slot.tier.value
-        self._metrics.output_reserved.labels(tier).inc(reservation.charge.expected_output)
-        self._metrics.output_settled.labels(tier, settled.source).inc(settled.output)
+        self._metrics.child(self._metrics.output_reserved, tier).inc(
+            reservation.charge.expected_output
+        )
+        self._metrics.child(self._metrics.output_settled, tier, settled.source).inc(settled.output)
 
 
 def _how(end: ExchangeEnd) -> str:
