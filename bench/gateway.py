@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -859,17 +860,27 @@ def main() -> None:
         help="then profile each processor under wrk with py-spy: DIR/NAME.txt (collapsed "
         "stacks), DIR/qos-sidecar.svg (a flame graph), and print where the CPU goes",
     )
+    measure(parser, run)
+
+
+VARIANT_HELP = (
+    "one more qos-sidecar side by side, started with these serve flags, e.g. "
+    "'no-cache=--no-over-limit-cache' or 'p2=--processes 2' (repeat); the bench's "
+    "own: --python PATH (another venv's interpreter: its gRPC runtime); with it or "
+    "--event-loop uvloop, a do-nothing server of its own beside it; --env NAME=VALUE "
+    "(repeat) for its environment, and --env OTEL_EXPORTER_OTLP_ENDPOINT=sink: the "
+    "bench's own OTLP receiver, which counts and drops what it is sent"
+)
+
+
+def measure(
+    parser: argparse.ArgumentParser, run_with: Callable[[argparse.Namespace], dict[str, Any]]
+) -> None:
+    """The benches of these gateways from their command line: --variant added and read
+    into args.variants (name -> serve flags), wrk checked for, the figures written to
+    --json when asked."""
     parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="NAME=FLAGS",
-        help="one more qos-sidecar side by side, started with these serve flags, e.g. "
-        "'no-cache=--no-over-limit-cache' or 'p2=--processes 2' (repeat); the bench's "
-        "own: --python PATH (another venv's interpreter: its gRPC runtime); with it or "
-        "--event-loop uvloop, a do-nothing server of its own beside it; --env NAME=VALUE "
-        "(repeat) for its environment, and --env OTEL_EXPORTER_OTLP_ENDPOINT=sink: the "
-        "bench's own OTLP receiver, which counts and drops what it is sent",
+        "--variant", action="append", default=[], metavar="NAME=FLAGS", help=VARIANT_HELP
     )
     args = parser.parse_args()
     args.variants = {}
@@ -878,7 +889,7 @@ def main() -> None:
         args.variants[name] = flags.split()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
-    figures = run(args)
+    figures = run_with(args)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -27,7 +27,6 @@ import argparse
 import http.client
 import json
 import re
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -303,23 +302,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="then profile qos-sidecar")
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="NAME=FLAGS",
-        help="one more qos-sidecar side by side, as bench/gateway.py's --variant",
-    )
-    args = parser.parse_args()
-    args.variants = {}
-    for variant in args.variant:
-        name, _, flags = variant.partition("=")
-        args.variants[name] = flags.split()
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: apt-get install wrk")
-    figures = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    harness.measure(parser, run)
 
 
 if __name__ == "__main__":
