@@ -62,7 +62,9 @@ class AccessLogReceiver(als_pb2_grpc.AccessLogServiceServicer):
 
 
 def _seconds(duration: duration_pb2.Duration) -> float | None:
-    return duration.ToNanoseconds() / 1e9 if duration.ByteSize() else None
+    # Its fields read directly: ToNanoseconds() and ByteSize() are Python-level calls.
+    seconds, nanos = duration.seconds, duration.nanos
+    return seconds + nanos / 1e9 if seconds or nanos else None
 
 
 def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None:

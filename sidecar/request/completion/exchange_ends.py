@@ -5,6 +5,7 @@ Envoy's access log, by the ext_proc stream's end, and by a sibling worker."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 
 from sidecar.config.base import Tier
@@ -44,6 +45,10 @@ class ExchangeEnds:
         self._first_token = first_token
         # Where an end this worker holds no slot for goes: its sibling workers.
         self.forward: Callable[[ExchangeEnd], object] | None = None
+        # Slots whose ext_proc stream ended, with when to give them back should the
+        # access log not have: in the order they ended, so their deadlines are in order.
+        self._unlogged: deque[tuple[float, str]] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
 
     def ended(self, end: ExchangeEnd) -> None:
         slot = self._queue.release(end.slot)
@@ -78,15 +83,26 @@ class ExchangeEnds:
     def stream_ended(self, slot: str) -> None:
         # The access log normally gives the slot back, with the exchange's outcome and
         # timings; give it a moment to. What it never names (the client left before
-        # Envoy applied the decision) is given back here.
-        asyncio.get_running_loop().call_later(UNLOGGED_GRACE_SECONDS, self._unlogged_end, slot)
+        # Envoy applied the decision) is given back here. One timer for all of them
+        # (every admitted exchange ends so): the earliest deadline's.
+        loop = asyncio.get_running_loop()
+        self._unlogged.append((loop.time() + UNLOGGED_GRACE_SECONDS, slot))
+        if self._sweep is None:
+            self._sweep = loop.call_later(UNLOGGED_GRACE_SECONDS, self._unlogged_ends)
 
-    def _unlogged_end(self, slot: str) -> None:
-        released = self._queue.release(slot)
-        if released is not None:
-            self._metrics.child(
-                self._metrics.exchange_ends, released.tier.value, "before_response"
-            ).inc()
+    def _unlogged_ends(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._unlogged and self._unlogged[0][0] <= now:
+            _, slot = self._unlogged.popleft()
+            released = self._queue.release(slot)
+            if released is not None:
+                self._metrics.child(
+                    self._metrics.exchange_ends, released.tier.value, "before_response"
+                ).inc()
+        self._sweep = None
+        if self._unlogged:
+            self._sweep = loop.call_at(self._unlogged[0][0], self._unlogged_ends)
 
     def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
         """Give the buckets back what the request did not use, or take what it owes."""
