@@ -6,6 +6,8 @@ who may reach which port, the drain order, pinned images, the image's user and e
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import shutil
 import subprocess
@@ -42,7 +44,27 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 
 
 def kustomizations() -> list[Path]:
+    """Every kustomization and component under deploy/."""
     return sorted(path.parent for path in (REPO / "deploy").rglob("kustomization.yaml"))
+
+
+def is_component(kustomization: Path) -> bool:
+    return yaml.safe_load((kustomization / "kustomization.yaml").read_text())["kind"] == "Component"
+
+
+def buildable(kustomization: Path, work: Path) -> Path:
+    """A kustomization as it is; a component as a user's overlay adds it to the push
+    variant (paths relative: kustomize takes no absolute ones)."""
+    if not is_component(kustomization):
+        return kustomization
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(PUSH, work)],
+        "components": [os.path.relpath(kustomization, work)],
+    }
+    (work / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return work
 
 
 def containers(documents: list[dict]) -> dict[str, dict]:
@@ -73,8 +95,8 @@ def volumes_resolve(documents: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("kustomization", kustomizations(), ids=lambda p: p.name)
-def test_every_kustomization_builds_and_validates(kustomization):
-    documents = built(kustomization)
+def test_every_kustomization_builds_and_validates(kustomization, tmp_path):
+    documents = built(buildable(kustomization, tmp_path))
     assert documents
     for document in documents:
         assert document["metadata"].get("namespace", "qos") == "qos"
@@ -138,6 +160,31 @@ def test_our_containers_are_sized_hardened_and_pinned():
         assert pod(documents, kind, name)["securityContext"]["runAsNonRoot"] is True
     users = {found[n]["securityContext"].get("runAsUser") for n in ("sidecar", "reporter")}
     assert users == {10001}
+
+
+def cores(quantity: str) -> float:
+    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+GATEWAYS = [k for k in kustomizations() if k != MONITORING]
+
+
+@pytest.mark.parametrize("kustomization", GATEWAYS, ids=lambda p: p.name)
+def test_the_sidecars_processes_and_envoys_workers_follow_their_cpu(kustomization, tmp_path):
+    # One sidecar process decides on one core: as many as the sidecar's CPU request has
+    # whole cores, and as many workers in the pod's Envoy (where it has one: not behind
+    # a Gateway's), whose connections spread over them.
+    found = containers(built(buildable(kustomization, tmp_path)))
+    sidecar = found["sidecar"]
+    sidecar_cpu = cores(sidecar["resources"]["requests"]["cpu"])
+    (processes,) = [int(e["value"]) for e in sidecar["env"] if e["name"] == "QOS_PROCESSES"]
+    assert processes == max(1, math.floor(sidecar_cpu))
+    envoy = found.get("envoy")
+    assert (envoy is None) == (kustomization == EXTENSION)
+    if envoy is not None:
+        assert int(envoy["args"][envoy["args"].index("--concurrency") + 1]) == processes
+        # Envoy takes about half the sidecar's CPU a request (docs/deployment.md).
+        assert sidecar_cpu / 4 <= cores(envoy["resources"]["requests"]["cpu"]) <= sidecar_cpu
 
 
 def test_the_image_runs_as_that_user_with_the_extras_its_flags_ask_for():
