@@ -12,6 +12,8 @@ from envoy.type.v3 import http_status_pb2
 
 from sidecar.request.policy.decision import Respond, Upstream
 
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
 # Each kind of ProcessingRequest must be answered with the same kind of response.
 _RESPONSE_TYPES = {
     "request_headers": ext_proc.HeadersResponse,
@@ -34,19 +36,19 @@ def header_dict(headers: ext_proc.HttpHeaders) -> dict[str, str]:
     return result
 
 
-def header_mutation(
-    set_headers: Mapping[str, str], remove_headers: Iterable[str] = ()
-) -> ext_proc.HeaderMutation:
-    return ext_proc.HeaderMutation(
-        set_headers=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key=name, raw_value=value.encode()),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-            for name, value in set_headers.items()
-        ],
-        remove_headers=list(remove_headers),
-    )
+def fill_mutation(
+    mutation: ext_proc.HeaderMutation,
+    set_headers: Mapping[str, str],
+    remove_headers: Iterable[str] = (),
+) -> None:
+    """Set and remove these headers in `mutation`, built in place: setting the fields of
+    an added element costs a third of constructing each message and copying it in."""
+    added = mutation.set_headers
+    for name, value in set_headers.items():
+        option = added.add(append_action=_OVERWRITE)
+        option.header.key = name
+        option.header.raw_value = value.encode()
+    mutation.remove_headers.extend(remove_headers)
 
 
 # Built once: gRPC serializes a message as it writes it, so one can be sent many times.
@@ -63,16 +65,18 @@ def continue_message(kind: str) -> ext_proc.ProcessingResponse:
 
 def admit_message(kind: str, upstream: Upstream) -> ext_proc.ProcessingResponse:
     """Continue, applying the admission's header and body changes."""
-    set_headers = dict(upstream.set_headers)
-    common = ext_proc.CommonResponse()
+    message = ext_proc.ProcessingResponse()
+    common = getattr(message, kind).response
+    common.SetInParent()  # present even when it changes nothing
+    set_headers = upstream.set_headers
     if upstream.replace_body is not None:
         common.body_mutation.body = upstream.replace_body
-        set_headers["content-length"] = str(len(upstream.replace_body))
+        set_headers = {**set_headers, "content-length": str(len(upstream.replace_body))}
     if set_headers or upstream.remove_headers:
-        common.header_mutation.CopyFrom(header_mutation(set_headers, upstream.remove_headers))
+        fill_mutation(common.header_mutation, set_headers, upstream.remove_headers)
         # Envoy picked the route before asking us; a header it routes on has changed.
         common.clear_route_cache = upstream.reroute
-    return ext_proc.ProcessingResponse(**{kind: _RESPONSE_TYPES[kind](response=common)})
+    return message
 
 
 def watch_response_message() -> ext_proc.ProcessingResponse:
@@ -109,11 +113,12 @@ def hold_message(seconds: float) -> ext_proc.ProcessingResponse:
 
 def immediate_message(respond: Respond) -> ext_proc.ProcessingResponse:
     """Answer the client from here; Envoy sends nothing upstream."""
-    return ext_proc.ProcessingResponse(
+    message = ext_proc.ProcessingResponse(
         immediate_response=ext_proc.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=respond.status),
-            headers=header_mutation(respond.headers),
             body=respond.body,
             details=f"qos_{respond.reason}",
         )
     )
+    fill_mutation(message.immediate_response.headers, respond.headers)
+    return message
