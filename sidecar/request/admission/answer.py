@@ -21,7 +21,12 @@ from sidecar.request.policy.decision import (
     Respond,
     Upstream,
 )
-from sidecar.request.policy.engine import EngineFields, client_control_headers, engine_fields
+from sidecar.request.policy.engine import (
+    CONTROL_HEADERS,
+    VLLM_HEADER_PREFIX,
+    EngineFields,
+    engine_fields,
+)
 from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND, inference_headers
 from sidecar.request.policy.tags import (
     INTERNAL_PREFIX,
@@ -85,6 +90,14 @@ def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit
     return Admit(upstream, record)
 
 
+# Stripped from every admitted request, seen or not (Envoy may show the sidecar only some
+# headers: see messages.attribute_headers): those the sidecar's own machinery reads, and
+# the engine's and the Inference Extension's instructions.
+_ALWAYS_STRIPPED = tuple(dict.fromkeys((*LOGGED_HEADERS, *CONTROL_HEADERS, *CLIENT_MAY_NOT_SEND)))
+# And every one seen under these: the sidecar's internal headers, anything vLLM may read.
+_STRIPPED_PREFIXES = (INTERNAL_PREFIX, VLLM_HEADER_PREFIX)
+
+
 def tagged(
     request: RequestView,
     tier: str,
@@ -95,11 +108,8 @@ def tagged(
     """With the sidecar's tags; internal headers and engine instructions a client sent
     never go upstream."""
     tags = {TIER_HEADER: tier, TENANT_HEADER: tenant, **(extra or {})}
-    # Those seen, and the ones the sidecar's own machinery reads whether seen or not
-    # (Envoy may show the sidecar only some headers: see messages.attribute_headers).
-    present = (name for name in request.headers if name.startswith(INTERNAL_PREFIX))
-    engine = (*client_control_headers(request.headers), *CLIENT_MAY_NOT_SEND)
-    stripped = dict.fromkeys(n for n in (*present, *LOGGED_HEADERS, *engine) if n not in tags)
+    seen = [name for name in request.headers if name.startswith(_STRIPPED_PREFIXES)]
+    stripped = dict.fromkeys(n for n in (*seen, *_ALWAYS_STRIPPED) if n not in tags)
     replacement = None
     if body is not None:
         replacement = msgspec.json.encode(body)  # compact, UTF-8 as it came

@@ -17,22 +17,15 @@ for releases that predate the header.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 PRIORITY_HEADER = "x-vllm-priority"
 # Read by vLLM from any client, and able to change where or when a request runs.
 CONTROL_HEADERS = (PRIORITY_HEADER, "x-data-parallel-rank")
-# Any header a later vLLM may read by this prefix is not the client's to send either.
+# Any header a later vLLM may read by this prefix is not the client's to send either
+# (admission/answer.py strips them).
 VLLM_HEADER_PREFIX = "x-vllm-"
-
-
-def client_control_headers(names: Iterable[str]) -> tuple[str, ...]:
-    """The headers to strip from a request: the known ones whether seen or not (Envoy may
-    show the sidecar only some headers), and every `x-vllm-*` one seen. Names lower-case."""
-    seen = (name for name in names if name.startswith(VLLM_HEADER_PREFIX))
-    return tuple(dict.fromkeys((*CONTROL_HEADERS, *seen)))
 
 
 @dataclass(frozen=True)
