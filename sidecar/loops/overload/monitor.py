@@ -147,10 +147,15 @@ class LoadMonitor:
         self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
     ) -> ProjectedAdmission | None:
         """Count an admission being decided in its pool's load at once; the caller
-        confirms or cancels it. None when the configuration projects nothing."""
+        confirms or cancels it. None when the configuration projects nothing, or when no
+        pod of the pool reports: then its shedding reads no load to add to, and the
+        reports that come later hold what was admitted before them."""
         if not self._snapshot().config.overload.project_admissions:
             return None
-        block_size = self.state.for_pool(pool.name).load.kv_block_size
+        reported = self.state.for_pool(pool.name).load
+        if not reported.as_reported.known:
+            return None
+        block_size = reported.kv_block_size
         load = admitted_load(tier.value, pool.name, prompt_tokens, block_size, even_over_budget)
         projected = ProjectedAdmission(load, self._clock, self._release)
         self._pending.append(projected)
