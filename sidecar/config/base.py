@@ -15,6 +15,9 @@ class Tier(enum.StrEnum):
     P2 = "p2"
 
 
+TIERS = tuple(Tier)  # in order, P0 first: iterating the enum class itself costs more
+
+
 class FallbackKind(enum.StrEnum):
     COMPLETION = "completion"  # HTTP 200, an answer saying "retry later"
     ERROR = "error"  # HTTP 429, an OpenAI error object

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sidecar.config.base import Tier
+from sidecar.config.base import TIERS, Tier
 from sidecar.config.pools import Pool
 from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.loops.overload.load import ClusterLoad
@@ -54,7 +54,7 @@ class SheddingState:
         in_flight = max(load.in_flight, gateway_in_flight)
         tiers = pool.tiers if pool else config.tiers
         max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
-        for tier in Tier:
+        for tier in TIERS:
             self.shedding[tier] = self._rule(
                 tiers[tier], tier, load, in_flight / max_concurrency, config, self.shedding[tier]
             )

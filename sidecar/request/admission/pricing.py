@@ -15,9 +15,8 @@ tier allows; 0 asks to be served at once or not at all."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from sidecar.config.base import Tier
 from sidecar.config.pools import Pool
@@ -57,23 +56,34 @@ def read_body(request: RequestView, route: Route) -> ParsedRequest:
         raise Refusal(
             Reason.ROUTE_NOT_FOUND, f"This gateway serves no {request.method} {route.path}."
         )
-    with client_input(request):
+    with ClientInput(request):
         return read(route, request.body or b"", request.headers)
 
 
-@contextlib.contextmanager
-def client_input(request: RequestView) -> Iterator[None]:
+class ClientInput:
     """What a client sent and the sidecar cannot read is refused, never admitted: its
-    reader's refusal, or any error reading it raised (counted, and logged as a bug)."""
-    try:
-        yield
-    except InvalidRequest as error:
-        raise Refusal(Reason.INVALID_REQUEST, error.message, param=error.param) from None
-    except (Refusal, asyncio.CancelledError):
-        raise
-    except Exception:
+    reader's refusal, or any error reading it raised (counted, and logged as a bug). A
+    class, not a generator: entered twice on every request."""
+
+    def __init__(self, request: RequestView) -> None:
+        self._path = request.path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _trace: object
+    ) -> None:
+        if error is None or isinstance(error, (Refusal, asyncio.CancelledError)):
+            return
+        if isinstance(error, InvalidRequest):
+            raise Refusal(Reason.INVALID_REQUEST, error.message, param=error.param) from None
+        if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: not ours
+            return
         log.warning(
-            "reading a request failed; refused", exc_info=True, extra={"path": request.path}
+            "reading a request failed; refused",
+            exc_info=(kind, error, error.__traceback__),  # type: ignore[arg-type]
+            extra={"path": self._path},
         )
         raise Refusal(
             Reason.INVALID_REQUEST, "The request body could not be read as this API's."
@@ -109,7 +119,7 @@ class Pricing:
         pool: Pool,
     ) -> Placement:
         tier, settings = identity.tier, pool.tiers[identity.tier]
-        with client_input(request):
+        with ClientInput(request):
             counted = self._count(parsed, pool.template.unrendered)
             tokens = prompt_tokens(parsed.prompt, counted, snapshot.config.media)
             guarded = apply_guards(parsed, settings, tier.value, tokens)

@@ -4,7 +4,6 @@ wait there), reserved once its budgets took it. Pure."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ from sidecar.config.base import Tier
 from sidecar.config.pools import Pool
 from sidecar.config.schema import TierConfig
 from sidecar.config.store import Snapshot
+from sidecar.evolve import evolved
 from sidecar.request.admission.identity import Identity
 from sidecar.request.bodies.parsed import ParsedRequest, TextForm
 from sidecar.request.limiter.buckets import BucketSpec
@@ -47,12 +47,12 @@ class Placement:
     def within(self, buckets: list[BucketSpec]) -> Placement:
         """Reserving no more than its smallest bucket holds (the rest of its cost is owed
         when its answer is settled); refused when its prompt alone is more."""
-        smallest = min(buckets, key=lambda bucket: bucket.burst)
-        charge = dataclasses.replace(self.charge, ceiling=smallest.burst)
+        smallest = buckets[0] if len(buckets) == 1 else min(buckets, key=_burst)
+        charge = evolved(self.charge, ceiling=smallest.burst)
         if charge.prompt_cost > smallest.burst:
             identity = self.asked.identity
             raise too_big(identity.tier.value, identity.tenant_label, charge.prompt_cost, smallest)
-        return dataclasses.replace(self, charge=charge)
+        return evolved(self, charge=charge)
 
     def reserved(self, buckets: list[BucketSpec]) -> Placement:
         """With what it takes from `buckets`, when its end settles it: when its tier
@@ -71,4 +71,8 @@ class Placement:
             self.tier,
             sized=parsed.shape.text in (TextForm.CHAT, TextForm.COMPLETION),
         )
-        return dataclasses.replace(self, reservation=reservation)
+        return evolved(self, reservation=reservation)
+
+
+def _burst(bucket: BucketSpec) -> float:
+    return bucket.burst

@@ -193,14 +193,15 @@ def _check_messages(messages: Any, name: str = "messages") -> None:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest(f"'{name}' must be a non-empty array.", name)
     for index, message in enumerate(messages):
+        if isinstance(message, dict) and isinstance(message.get("role"), str):
+            content = message.get("content")
+            if content is None or isinstance(content, str):
+                continue  # the usual message: nothing to name
         where = f"{name}[{index}]"
         if not isinstance(message, dict):
             raise InvalidRequest(f"'{where}' must be an object.", where)
         if not isinstance(message.get("role"), str):
             raise InvalidRequest(f"'{where}.role' must be a string.", f"{where}.role")
-        content = message.get("content")
-        if content is None or isinstance(content, str):
-            continue
         if not isinstance(content, list):
             raise InvalidRequest(
                 f"'{where}.content' must be a string or an array of parts.", f"{where}.content"

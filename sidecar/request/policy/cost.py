@@ -61,14 +61,15 @@ def prompt_tokens(prompt: Prompt, counted: int, media: MediaConfig) -> int:
     """The prompt's tokens: `counted` of its text (request/counting), media and stored
     context as configured."""
     tokens = counted
-    per_part = {
-        Media.IMAGE: media.image_tokens,
-        Media.IMAGE_LOW_DETAIL: media.image_low_detail_tokens,
-        Media.AUDIO: media.audio_tokens,
-        Media.VIDEO: media.video_tokens,
-        Media.FILE: media.file_tokens,
-    }
-    tokens += sum(per_part[part] for part in prompt.media)
+    if prompt.media:
+        per_part = {
+            Media.IMAGE: media.image_tokens,
+            Media.IMAGE_LOW_DETAIL: media.image_low_detail_tokens,
+            Media.AUDIO: media.audio_tokens,
+            Media.VIDEO: media.video_tokens,
+            Media.FILE: media.file_tokens,
+        }
+        tokens += sum(per_part[part] for part in prompt.media)
     if prompt.stored_context:
         tokens += media.stored_context_tokens
     if prompt.audio_bytes:
