@@ -30,6 +30,7 @@ from sidecar.request.queueing.scheduler import Scheduler, Waiter
 from sidecar.request.queueing.slots import Slot, SlotTable
 
 log = logging.getLogger(__name__)
+RECLAIM_EVERY_SECONDS = 1.0
 
 
 class QueueFull(Exception):
@@ -234,12 +235,15 @@ class AdmissionQueue:
 
     async def _run(self) -> None:
         beat_every = max(1, round(0.1 / self._tick))
+        # Leases run for minutes: a walk over every slot held once a second is plenty.
+        reclaim_every = max(1, round(RECLAIM_EVERY_SECONDS / self._tick))
         for tick in itertools.count():
             await asyncio.sleep(self._tick)
             config = self._config()
-            for slot in self.slots.reclaim(config.queue.slot_lease_seconds):
-                self.reclaimed += 1
-                log.warning("slot taken back after its lease", extra={"slot": slot.id})
+            if tick % reclaim_every == 0:
+                for slot in self.slots.reclaim(config.queue.slot_lease_seconds):
+                    self.reclaimed += 1
+                    log.warning("slot taken back after its lease", extra={"slot": slot.id})
             if self._peers is not None and tick % beat_every == 0:
                 try:
                     by_tier = {t.value: n for t, n in self.slots.by_tier().items()}
