@@ -119,7 +119,8 @@ class TiersConfig(Strict):
     )
 
     def __getitem__(self, tier: Tier) -> TierConfig:
-        return getattr(self, tier.value)
+        # A StrEnum member is its value: .value would go through the enum's descriptor.
+        return getattr(self, tier)
 
     @model_validator(mode="after")
     def _shares_fit_the_fleet(self) -> TiersConfig:
