@@ -158,3 +158,17 @@ async def test_projection_can_be_switched_off(clock):
     monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
     await monitor.refresh()
     assert monitor.project(Tier.P2, snapshot.pools.default, 16, even_over_budget=False) is None
+
+
+@pytest.mark.asyncio
+async def test_a_pool_whose_pods_do_not_report_projects_nothing_until_one_does(clock):
+    snapshot = Snapshot(1)
+    reports = Reports()
+    monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
+    await monitor.refresh()
+    assert monitor.project(Tier.P2, POOL, 16, even_over_budget=False) is None
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 0
+    reports.pods.append(PodLoad("a", 0.5, 2000, 0, 0, kv_block_size=16))
+    await monitor.refresh()
+    admit(monitor, recorded_ms=1)
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
