@@ -5,6 +5,7 @@ wait there), reserved once its budgets took it. Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from sidecar.config.base import Tier
@@ -18,6 +19,8 @@ from sidecar.request.limiter.buckets import BucketSpec
 from sidecar.request.limiter.verdicts import too_big
 from sidecar.request.policy.cost import Charge, Reservation
 from sidecar.request.policy.decision import RequestView
+
+_BURST = attrgetter("burst")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Placement:
     def within(self, buckets: list[BucketSpec]) -> Placement:
         """Reserving no more than its smallest bucket holds (the rest of its cost is owed
         when its answer is settled); refused when its prompt alone is more."""
-        smallest = buckets[0] if len(buckets) == 1 else min(buckets, key=_burst)
+        smallest = min(buckets, key=_BURST)
         charge = evolved(self.charge, ceiling=smallest.burst)
         if charge.prompt_cost > smallest.burst:
             identity = self.asked.identity
@@ -72,7 +75,3 @@ class Placement:
             sized=parsed.shape.text in (TextForm.CHAT, TextForm.COMPLETION),
         )
         return evolved(self, reservation=reservation)
-
-
-def _burst(bucket: BucketSpec) -> float:
-    return bucket.burst
