@@ -59,7 +59,7 @@ class Recording:
     def __init__(
         self,
         decision: Decision | Exception,
-        watch: bool = True,
+        watch: bool = False,
         holds: float | None = None,
         waits: float = 0.0,
     ) -> None:
@@ -235,7 +235,7 @@ async def test_a_held_request_is_answered_twice_wait_then_decision():
 async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
     firsts = []
     exchange = Exchange(
-        Recording(Admit(record=Admission(slot="s", tier="p0", time_first_byte=True))),
+        Recording(Admit(record=Admission(slot="s", tier="p0", time_first_byte=True)), watch=True),
         on_first_byte=lambda record, seconds: firsts.append((record.slot, seconds)),
     )
     await exchange.handle(request_headers())
@@ -249,6 +249,16 @@ async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
     assert [slot for slot, _ in firsts] == ["s"]  # at the first chunk with data
     # Timed: done, so the stream closes and Envoy sends the rest without the sidecar.
     assert firsts[0][1] >= 0 and exchange.phase is Phase.DONE
+
+
+@pytest.mark.asyncio
+async def test_a_sampled_request_that_does_not_stream_closes_with_its_admission():
+    """Nothing to time: Envoy is not made to stop the response for the sidecar."""
+    exchange = Exchange(Recording(Admit(record=Admission(slot="s", tier="p0")), watch=True))
+    await exchange.handle(request_headers())
+    answer = await exchange.handle(request_body(BODY))
+    assert answer.WhichOneof("response") == "request_body"
+    assert exchange.phase is Phase.DONE
 
 
 @pytest.mark.asyncio
