@@ -204,9 +204,12 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
     clock = Clock()
     # P1: 5 s of wait, a 3 s TTFT target; its streams take 2.2 s to a first token lately.
     decider, admission = decider_with_clock(clock)
+    await decider.decide(chat("k-p0"))  # the one slot is taken
+    unknown = await begin(decider, chat("k-cap", messages=SHORT, stream=True))
+    assert unknown.holds == [3.0]  # its first token's time not known yet: the target
+    await unknown.stop()
     for _ in range(8):
         admission.first_tokens.note(Tier.P1, "default", 2.2)
-    await decider.decide(chat("k-p0"))  # the one slot is taken
     stream = await begin(decider, chat("k-cap", messages=SHORT, stream=True))
     assert stream.holds == [pytest.approx(0.8)]
     whole = await begin(decider, chat("k-cap", messages=SHORT))  # its SLO is not a TTFT

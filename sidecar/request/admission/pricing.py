@@ -157,11 +157,11 @@ def target_leaves(
     first_tokens: FirstTokenTimes, snapshot: Snapshot, tier: Tier, pool: Pool
 ) -> float | None:
     """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
-    streams took lately from admission to their first token (queueing/forecast.py; None:
-    not foreseen)."""
+    streams took lately from admission to their first token (queueing/forecast.py); the
+    whole target while that is not known yet (a stream that waits past its target is
+    late whatever follows). None: not foreseen."""
     if not snapshot.config.queue.foresee_waits:
         return None
+    target = pool.slo[tier].ttft_ms / 1000
     took = first_tokens.most_took(tier, pool.name)
-    if took is None:
-        return None
-    return pool.slo[tier].ttft_ms / 1000 - took
+    return target - took if took is not None else target
