@@ -252,13 +252,16 @@ async def test_a_sampled_stream_has_its_body_watched_and_its_first_byte_timed():
 
 
 @pytest.mark.asyncio
-async def test_a_sampled_request_that_does_not_stream_closes_with_its_admission():
-    """Nothing to time: Envoy is not made to stop the response for the sidecar."""
+async def test_a_sampled_request_that_does_not_stream_keeps_its_stream_past_admission():
+    """Nothing to time, yet the stream stays open until the response begins: closed with
+    the admission, a client gone before Envoy applied it would leave its slot held."""
     exchange = Exchange(Recording(Admit(record=Admission(slot="s", tier="p0")), watch=True))
     await exchange.handle(request_headers())
     answer = await exchange.handle(request_body(BODY))
     assert answer.WhichOneof("response") == "request_body"
-    assert exchange.phase is Phase.DONE
+    assert exchange.phase is Phase.RESPONSE_HEADERS
+    answer = await exchange.handle(response_headers())
+    assert answer.WhichOneof("response") == "response_headers"
 
 
 @pytest.mark.asyncio

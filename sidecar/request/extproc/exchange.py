@@ -11,9 +11,8 @@
 The decision is taken once, when the whole request is known: at the headers when the
 request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
 phases only for the sample of exchanges the sidecar asks for at the request headers
-(mode_override), to time their first token; once it has come, or once the request
-turns out not to stream, the sidecar closes the stream and Envoy sends the rest of the
-answer on without it. The others cost no round
+(mode_override), to time their first token; once it has come, the sidecar closes the
+stream and Envoy sends the rest of the answer on without it. The others cost no round
 trip after the decision; every exchange's end is learnt from the access log. A held
 request is answered twice: first with override_message_timeout, when the decider says it
 will wait (so Envoy waits past its message timeout), then with the decision. Any message
@@ -218,10 +217,10 @@ class Exchange:
 
     async def _send_decision(self, kind: str, decision: Decision, send: Send) -> None:
         if isinstance(decision, Admit):
-            # Watched, but with no first token to time (not streamed): the stream closes
-            # with the admission, so Envoy does not stop the response to send it to us.
-            untimed = self.response_watched and not decision.record.time_first_byte
-            self.phase = Phase.DONE if untimed else Phase.RESPONSE_HEADERS
+            # Open at least until the response begins, even with nothing to time: closed
+            # now, a client gone before Envoy applied the admission would leave its slot
+            # named nowhere (the access log carries the slot only once applied).
+            self.phase = Phase.RESPONSE_HEADERS
             await send(messages.admit_message(kind, decision.upstream))
         else:
             self.phase = Phase.DONE
