@@ -90,6 +90,16 @@ class SidecarMetrics:
             buckets=(-5, -2.5, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=self.registry,
         )
+        self.first_token_error = Histogram(
+            "qos_first_token_forecast_error_seconds",
+            "Admission-to-first-token seconds of the timed streams less their foreseen "
+            "ones (the engines' queue ahead of them and what streams took lately beyond "
+            "it); those foreseen past their TTFT target were answered at once: reason "
+            "shed_first_token_foreseen.",
+            ["tier", "pool"],
+            buckets=(-5, -2.5, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
         self.shed_after_wait = Histogram(
             "qos_shed_after_wait_seconds",
             "Seconds requests were held before they were answered with a refusal after "

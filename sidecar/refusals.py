@@ -22,6 +22,8 @@ class Reason(enum.StrEnum):
     SHED_QUEUE_TIMEOUT = "shed_queue_timeout"
     # Answered at once: its wait for a slot was foreseen to outlast what it may wait.
     SHED_QUEUE_FORESEEN = "shed_queue_foreseen"
+    # Answered at once: its first token was foreseen past its TTFT target even unqueued.
+    SHED_FIRST_TOKEN_FORESEEN = "shed_first_token_foreseen"
     SHED_NO_REPORTS = "shed_no_reports"
     SHED_CORE_ONLY = "shed_core_only"
     SHED_FORCED = "shed_forced"

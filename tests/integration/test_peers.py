@@ -37,3 +37,13 @@ async def test_each_tier_s_in_flight_and_waiting_add_up_beside_the_pools(aredis)
     assert three.others_in_tier == {"p0": 4, "p2": 1}
     assert three.others_waiting == {"p1": 1, "p2": 5}
     assert three.others_in_flight == 5  # slots are counted once, by pool
+
+
+async def test_slots_held_add_up_by_pool_and_tier(aredis):
+    one, two, three = (PeerRegistry(aredis, name) for name in ("one", "two", "three"))
+    await one.heartbeat({"chat": 3, "code:v2": 1}, held={("chat", "p1"): 3, ("code:v2", "p0"): 1})
+    await two.heartbeat({"chat": 2}, held={("chat", "p1"): 1, ("chat", "p2"): 1})
+    await three.heartbeat({})
+    assert three.others_held == {("chat", "p1"): 4, ("chat", "p2"): 1, ("code:v2", "p0"): 1}
+    assert three.others_in_pool == {"chat": 5, "code:v2": 1}  # held counts are not pools
+    assert three.others_in_tier == {}

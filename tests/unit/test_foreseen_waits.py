@@ -217,7 +217,7 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
     for _ in range(8):
         admission.first_tokens.note(Tier.P1, "default", 3.5)  # later than the target
     late = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
-    assert isinstance(late, Respond) and late.reason == "shed_queue_timeout"
+    assert isinstance(late, Respond) and late.reason == "shed_first_token_foreseen"
     off, queue = decider_with_clock(clock, queue={"foresee_waits": False})
     for _ in range(8):
         queue.first_tokens.note(Tier.P1, "default", 2.2)

@@ -8,7 +8,9 @@ so a big pod that is nearly full counts for more than a small idle one. A pod th
 not report its block count is weighted as the median of those that do (all alike when
 none do). In flight: Σ (running_i + waiting_i), the requests the engines hold. Capacity:
 Σ of what the pods say they prefill, a pod that says nothing counted as the median one
-(None when no pod says: the configured figure holds).
+(None when no pod says: the configured figure holds). Seats: Σ of the most requests each
+pod was seen running at once (its max_num_seqs, once it has been full): past them an
+admission waits in the engine's own queue.
 
 Projected load (overload/admitted.py): what was admitted since a pod's report, that pod's
 share of it by its size, is added to the blocks in use and to the requests in flight;
@@ -18,7 +20,7 @@ share of it by its size, is added to the blocks in use and to the requests in fl
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sidecar.config.pools import Pools
@@ -50,6 +52,9 @@ class ClusterLoad:
     capacity_tokens_per_second: float | None = None
     kv_blocks_total: float = 0.0  # over the pods, 0 when none says its count
     kv_block_size: int = DEFAULT_BLOCK_SIZE  # the pods' (median), vLLM's default if unsaid
+    seats: int = 0  # requests the pods run at once, as seen (0: none seen running)
+    # Every pod schedules by the priority sent (a newcomer waits only behind its betters).
+    by_priority: bool = False
     # Admitted since the reports, not yet in them (projected), and the reports' own view.
     unreported_blocks: float = 0.0
     reported: ClusterLoad | None = None
@@ -96,8 +101,12 @@ class ClusterLoad:
         )
 
 
-def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
+def aggregate(
+    pods: Iterable[PodLoad], most_running: Mapping[str, int] | None = None
+) -> ClusterLoad:
+    """The load of `pods`; `most_running`: the most each pod was seen running before."""
     fresh = tuple(sorted(pods, key=lambda p: p.pod_id))
+    most_running = most_running or {}
     if not fresh:
         return ClusterLoad((), None, 0)
     weights = _stand_in_for_unknown([p.kv_blocks_total for p in fresh])
@@ -123,6 +132,8 @@ def aggregate(pods: Iterable[PodLoad]) -> ClusterLoad:
         if any(p.kv_blocks_total > 0 for p in fresh)
         else 0.0,
         kv_block_size=round(statistics.median(sizes)) if sizes else DEFAULT_BLOCK_SIZE,
+        seats=sum(max(p.running, most_running.get(p.pod_id, 0)) for p in fresh),
+        by_priority=all(p.scheduling_policy == "priority" for p in fresh),
     )
 
 

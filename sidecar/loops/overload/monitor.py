@@ -76,6 +76,7 @@ class LoadMonitor:
         self._pending: list[ProjectedAdmission] = []
         self._unreported: dict[str, tuple[float, float]] = {}
         self._records_paused_until = float("-inf")
+        self._most_running: dict[str, int] = {}  # by pod, of those reporting
 
     async def start(self) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -229,8 +230,13 @@ class LoadMonitor:
         snapshot = self._snapshot()
         config, pools = snapshot.config, snapshot.pools
         pods = tuple(pods)
+        self._most_running = {
+            pod.pod_id: max(pod.running, self._most_running.get(pod.pod_id, 0)) for pod in pods
+        }
         self.state.update(
-            self._projected(aggregate(pods), None), config, self._gateway_in_flight(None)
+            self._projected(aggregate(pods, self._most_running), None),
+            config,
+            self._gateway_in_flight(None),
         )
         by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
         for pod in pods:
@@ -240,7 +246,7 @@ class LoadMonitor:
         states = {}
         for pool in pools:
             state = self.state.pools.get(pool.name) or SheddingState()
-            load = self._projected(aggregate(by_pool[pool.name]), pool.name)
+            load = self._projected(aggregate(by_pool[pool.name], self._most_running), pool.name)
             state.update(load, config, self._gateway_in_flight(pool.name), pool)
             states[pool.name] = state
         self.state.pools = states

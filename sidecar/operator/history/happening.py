@@ -21,6 +21,7 @@ WORDS: dict[str, str] = {  # by Reason, a str
     Reason.SHED_QUEUE_FULL: "the queue is full",
     Reason.SHED_QUEUE_TIMEOUT: "waited out its time in the queue",
     Reason.SHED_QUEUE_FORESEEN: "its wait in the queue foreseen too long",
+    Reason.SHED_FIRST_TOKEN_FORESEEN: "its first token foreseen past its target",
     Reason.SHED_NO_REPORTS: "no load reports from the GPUs",
     Reason.SHED_CORE_ONLY: "protect transactions only (core-only mode)",
     Reason.SHED_FORCED: "shed by hand",

@@ -41,6 +41,7 @@ from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import Decision, Hold, RequestView, Respond, no_hold
 from sidecar.request.policy.responses import respond
 from sidecar.request.policy.stages import staged
+from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.waiting import Waiting
 from sidecar.routes.kinds import RouteKind
@@ -64,7 +65,8 @@ class AdmissionDirector:
         self._snapshot = snapshot
         self._identity = identity
         self._sampler = ResponseSampler(snapshot, clock, sample)
-        self._pricing = Pricing(count_prompt, queue.first_tokens if queue is not None else None)
+        first_tokens = FirstTokenForecaster(queue, shedding) if queue is not None else None
+        self._pricing = Pricing(count_prompt, first_tokens)
         self._overload = Overload(shedding)
         self._waiting = Waiting(queue, refunds.give_all_back, clock)
         self._budget = Budget(

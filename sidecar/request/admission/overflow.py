@@ -127,6 +127,7 @@ def _moved(home: Placement, target: Pool) -> Placement | None:
         charge=price(settings, prompt, parsed.output),
         max_wait=min(home.max_wait, settings.max_queue_wait_seconds),
         overflowed_from=home.pool.name,
+        first_token=None,  # foreseen in its own pool, not this one
     )
 
 

@@ -7,10 +7,12 @@ guards (an output cap written into the body, a prompt too long refused); what it
 (policy/cost.py); how long it may wait.
 
 How long it may wait: its tier's max_queue_wait_seconds, or less when its TTFT target
-leaves less (a stream's target less the time streams of its tier and pool take lately
-from admission to their first token), or when its client says so (X-QoS-Max-Wait-Ms: a
-whole number of milliseconds from its arrival). A client cannot ask for more than its
-tier allows; 0 asks to be served at once or not at all."""
+leaves less (a stream's target less the time from admission to its first token, foreseen
+by queueing/first_token.py), or when its client says so (X-QoS-Max-Wait-Ms: a whole
+number of milliseconds from its arrival). A client cannot ask for more than its tier
+allows; 0 asks to be served at once or not at all. A stream of a sheddable tier whose
+first token is foreseen past its target even if admitted at once is answered at once
+(shed_first_token_foreseen): it would be late whatever followed."""
 
 from __future__ import annotations
 
@@ -18,11 +20,10 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from sidecar.config.base import Tier
 from sidecar.config.pools import Pool
 from sidecar.config.schema import TierConfig
 from sidecar.config.store import Snapshot
-from sidecar.refusals import Reason, Refusal
+from sidecar.refusals import Reason, Refusal, shed
 from sidecar.request.admission.identity import Identity
 from sidecar.request.admission.overflow import substitute_allowed
 from sidecar.request.admission.request import Asked, Placement
@@ -33,7 +34,7 @@ from sidecar.request.counting import PromptCounter
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import RequestView
 from sidecar.request.policy.guards import apply_guards
-from sidecar.request.queueing.forecast import FirstTokenTimes
+from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import Route
 
@@ -105,9 +106,9 @@ def pool_for(snapshot: Snapshot, model: str | None) -> Pool:
 
 
 class Pricing:
-    def __init__(self, count: PromptCounter, first_tokens: FirstTokenTimes | None) -> None:
+    def __init__(self, count: PromptCounter, first_tokens: FirstTokenForecaster | None) -> None:
         self._count = count
-        # What streams took from admission to their first token (None: not known here).
+        # Foresees a stream's time from admission to its first token (None: not here).
         self._first_tokens = first_tokens
 
     def price(
@@ -124,12 +125,15 @@ class Pricing:
             tokens = prompt_tokens(parsed.prompt, counted, snapshot.config.media)
             guarded = apply_guards(parsed, settings, tier.value, tokens)
             charge = price(settings, tokens, parsed.output)
-        leaves = None
-        if self._first_tokens is not None and parsed.stream:
-            leaves = target_leaves(self._first_tokens, snapshot, tier, pool)
+        leaves = first_token = None
+        if self._first_tokens is not None and parsed.stream and snapshot.config.queue.foresee_waits:
+            first_token = self._first_tokens.foresee(tier, pool)
+            leaves = pool.slo[tier].ttft_ms / 1000 - first_token.seconds
+            if leaves <= 0 and settings.sheddable:
+                raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value)
         wait = max_wait(request.headers, settings, leaves)
         asked = Asked(request, snapshot, identity, parsed, substitute_allowed(request.headers))
-        return Placement(asked, pool, settings, guarded, charge, wait)
+        return Placement(asked, pool, settings, guarded, charge, wait, first_token=first_token)
 
 
 def max_wait(
@@ -151,17 +155,3 @@ def max_wait(
             f"(0 or more), not {asked[:40]!r}.",
         )
     return min(limit, int(text) / 1000)
-
-
-def target_leaves(
-    first_tokens: FirstTokenTimes, snapshot: Snapshot, tier: Tier, pool: Pool
-) -> float | None:
-    """Seconds a stream's TTFT target leaves for its wait, after the time its tier's
-    streams took lately from admission to their first token (queueing/forecast.py); the
-    whole target while that is not known yet (a stream that waits past its target is
-    late whatever follows). None: not foreseen."""
-    if not snapshot.config.queue.foresee_waits:
-        return None
-    target = pool.slo[tier].ttft_ms / 1000
-    took = first_tokens.most_took(tier, pool.name)
-    return target - took if took is not None else target

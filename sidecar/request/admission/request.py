@@ -18,7 +18,7 @@ from sidecar.request.bodies.parsed import ParsedRequest, TextForm
 from sidecar.request.limiter.buckets import BucketSpec
 from sidecar.request.limiter.verdicts import too_big
 from sidecar.request.policy.cost import Charge, Reservation
-from sidecar.request.policy.decision import RequestView
+from sidecar.request.policy.decision import FirstTokenForecast, RequestView
 
 _BURST = attrgetter("burst")
 
@@ -42,6 +42,7 @@ class Placement:
     max_wait: float  # seconds it may wait for admission here
     overflowed_from: str = ""  # the pool that would not take it, when it is another's
     reservation: Reservation | None = None  # what it took, when its end settles it
+    first_token: FirstTokenForecast | None = None  # a stream's, in its own pool
 
     @property
     def tier(self) -> Tier:

@@ -76,9 +76,15 @@ class ExchangeEnds:
             pool = self._snapshot().pools.get(admitted.pool)
             self._samples.record(tier, TTFT, seconds, pool=pool)
             self._first_token(tier, pool_name, seconds)
-            # What admission foresees a stream's TTFT target leaves for its wait by.
+            # What admission foresees a stream's first token by (queueing/first_token.py):
+            # the time beyond the engine queue foreseen for it, and the forecast's error.
             served_in = seconds - (admitted.queue_wait or 0.0)
-            self._queue.first_tokens.note(tier, pool_name, served_in)
+            foreseen = admitted.first_token
+            engine_queue = foreseen.engine_queue if foreseen is not None else 0.0
+            self._queue.first_tokens.note(tier, pool_name, served_in - engine_queue)
+            if foreseen is not None and foreseen.rest is not None:
+                error = self._metrics.child(self._metrics.first_token_error, tier.value, pool_name)
+                error.observe(served_in - foreseen.seconds)
 
     def stream_ended(self, slot: str) -> None:
         # The access log normally gives the slot back, with the exchange's outcome and

@@ -48,6 +48,19 @@ class Upstream:
 
 
 @dataclass(frozen=True)
+class FirstTokenForecast:
+    """Seconds from admission to a stream's first token, by what they are foreseen for
+    (queueing/first_token.py)."""
+
+    engine_queue: float  # behind what the engines already hold
+    rest: float | None  # the way there and the prefill, as lately; None: not known yet
+
+    @property
+    def seconds(self) -> float:
+        return self.engine_queue + (self.rest or 0.0)
+
+
+@dataclass(frozen=True)
 class Admission:
     """The record of an admission: what was taken and why, for the metrics, the timing of
     its first token and its exchange's end."""
@@ -61,6 +74,7 @@ class Admission:
     slot: str = ""  # the in-flight slot taken, to give back when the exchange ends
     queue_wait: float | None = None  # seconds waited for the slot
     foreseen_wait: float | None = None  # seconds its wait was foreseen to take, if it was
+    first_token: FirstTokenForecast | None = None  # a stream's, foreseen at its pricing
     overflowed_from: str = ""  # the pool that shed it, when another pool admitted it
     shadowed: Reason | None = None  # in shadow mode, why it would have been refused
     time_first_byte: bool = False  # watch the response body for the first token's time

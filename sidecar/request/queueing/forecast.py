@@ -60,9 +60,9 @@ class ReleaseRate:
 
 
 class FirstTokenTimes:
-    """Seconds from admission to the first token of the streams timed lately, per tier
-    and pool: what a streamed request's TTFT SLO leaves for its wait is the target less
-    their median. Fewer than `min_samples` in the window: not known."""
+    """Seconds the streams timed lately took from admission to their first token beyond
+    the engine queue foreseen for them (first_token.py), per tier and pool; `most_took`:
+    their 90th percentile. Fewer than `min_samples` in the window: not known."""
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
 """What the other sidecars hold in flight, so the concurrency limits are the cluster's:
-in all, and per model pool; and, for the screen, in flight and waiting per tier."""
+in all, and per model pool; per pool and tier, for what the engines have queued ahead of
+a newcomer (first_token.py); and, for the screen, in flight and waiting per tier."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ PEERS_KEY = "qos:{qos-pods}:sidecars"
 # Besides the pools' counts, each tier's, under names no pool can have (the script sums
 # every NAME=COUNT alike; a sidecar of an older version sums them and never reads them).
 IN_FLIGHT_PREFIX, WAITING_PREFIX = "@in_flight:", "@waiting:"
+HELD_PREFIX = "@held:"  # @held:POOL:TIER
 POOLS_KEY = "qos:{qos-pods}:sidecar-pools"
 _SCRIPT = resources.files("sidecar.request.queueing").joinpath("peers.lua").read_text()
 
@@ -24,6 +26,7 @@ class PeerRegistry:
         self.others_in_pool: dict[str, int] = {}
         self.others_in_tier: dict[str, int] = {}  # slots held, by tier
         self.others_waiting: dict[str, int] = {}  # requests waiting, by tier
+        self.others_held: dict[tuple[str, str], int] = {}  # slots held, by pool and tier
         self.peers = 0
 
     async def heartbeat(
@@ -32,11 +35,13 @@ class PeerRegistry:
         ttl_seconds: float = 1.0,
         in_tier: Mapping[str, int] | None = None,
         waiting: Mapping[str, int] | None = None,
+        held: Mapping[tuple[str, str], int] | None = None,  # by pool and tier
     ) -> None:
         named = {
             **in_pool,
             **{IN_FLIGHT_PREFIX + tier: n for tier, n in (in_tier or {}).items()},
             **{WAITING_PREFIX + tier: n for tier, n in (waiting or {}).items()},
+            **{f"{HELD_PREFIX}{pool}:{tier}": n for (pool, tier), n in (held or {}).items()},
         }
         counts = [f"{name}={count}" for name, count in named.items() if count > 0]
         total, peers, flat = await self._script(
@@ -51,6 +56,11 @@ class PeerRegistry:
         self.others_in_pool = {k: n for k, n in summed.items() if not k.startswith("@")}
         self.others_in_tier = _prefixed(summed, IN_FLIGHT_PREFIX)
         self.others_waiting = _prefixed(summed, WAITING_PREFIX)
+        self.others_held = {
+            (pool, tier): n
+            for name, n in _prefixed(summed, HELD_PREFIX).items()
+            for pool, tier in [name.rsplit(":", 1)]
+        }
 
 
 def _prefixed(summed: Mapping[str, int], prefix: str) -> dict[str, int]:

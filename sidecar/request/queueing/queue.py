@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import redis.asyncio as redis
 
@@ -118,6 +118,15 @@ class AdmissionQueue:
             return self.cluster_in_flight
         others = self._peers.others_in_pool.get(pool, 0) if self._peers else 0
         return self.slots.in_pool(pool) + others
+
+    def cluster_held_in(self, pool: str, tiers: Iterable[Tier]) -> int:
+        """Slots held in `pool` at `tiers` by every sidecar."""
+        others = self._peers.others_held if self._peers else {}
+        return sum(self.slots.held(pool, t) + others.get((pool, t.value), 0) for t in tiers)
+
+    def release_rate(self, pool: str) -> float | None:
+        """Slots given back in `pool` per second lately; None while too few to tell."""
+        return self._release_rate(pool).per_second()
 
     def free_slots(self, pool: Pool | None = None) -> int:
         pool = self._pool(pool)
@@ -248,7 +257,8 @@ class AdmissionQueue:
                 try:
                     by_tier = {t.value: n for t, n in self.slots.by_tier().items()}
                     waiting = {t.value: self.scheduler.waiting(t) for t in Tier}
-                    await self._peers.heartbeat(self.slots.by_pool(), 1.0, by_tier, waiting)
+                    held = {(p, t.value): n for (p, t), n in self.slots.by_pool_and_tier().items()}
+                    await self._peers.heartbeat(self.slots.by_pool(), 1.0, by_tier, waiting, held)
                 except redis.RedisError as error:
                     redis_errors.note("peers")
                     log.debug("peer heartbeat failed: %s", error)

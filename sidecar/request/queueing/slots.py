@@ -37,6 +37,7 @@ class SlotTable:
         self._numbers = itertools.count(1)
         self._slots: dict[str, Slot] = {}
         self._per_pool: Counter[str] = Counter()
+        self._per_pool_tier: Counter[tuple[str, Tier]] = Counter()
         self.released = 0
 
     def __len__(self) -> int:
@@ -51,6 +52,16 @@ class SlotTable:
     def in_pool(self, pool: str) -> int:
         return self._per_pool.get(pool, 0)
 
+    def by_pool_and_tier(self) -> Counter[tuple[str, Tier]]:
+        return +self._per_pool_tier  # without the zeros
+
+    def held(self, pool: str, tier: Tier) -> int:
+        return self._per_pool_tier.get((pool, tier), 0)
+
+    def _count(self, slot: Slot, by: int) -> None:
+        self._per_pool[slot.pool] += by
+        self._per_pool_tier[slot.pool, slot.tier] += by
+
     def take(
         self,
         tier: Tier,
@@ -62,7 +73,7 @@ class SlotTable:
         slot_id = f"{self.owner}-{next(self._numbers)}"
         slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool, reservation)
         self._slots[slot.id] = slot
-        self._per_pool[pool] += 1
+        self._count(slot, 1)
         return slot
 
     def release(self, slot_id: str) -> Slot | None:
@@ -70,7 +81,7 @@ class SlotTable:
         slot = self._slots.pop(slot_id, None)
         if slot is not None:
             self.released += 1
-            self._per_pool[slot.pool] -= 1
+            self._count(slot, -1)
         return slot
 
     def reclaim(self, older_than: float) -> list[Slot]:
@@ -79,5 +90,5 @@ class SlotTable:
         stale = [slot for slot in self._slots.values() if slot.taken_at < cutoff]
         for slot in stale:
             del self._slots[slot.id]
-            self._per_pool[slot.pool] -= 1
+            self._count(slot, -1)
         return stale

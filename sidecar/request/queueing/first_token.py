@@ -1,0 +1,52 @@
+"""How long a stream will take from its admission to its first token, foreseen: what the
+engines have queued ahead of it, at the rate its pool gives slots back, and the rest (the
+way to the engine and its prefill) as its tier's streams took it lately.
+
+    first token = engine queue + rest
+    engine queue = max(0, ahead + 1 - seats) / releases per second
+
+- ahead: the slots held in its pool by every sidecar, of its tier and those above it when
+  every pod schedules by the priority sent (a newcomer waits behind those only), else of
+  every tier. Each held slot is a request the engines run or hold in their queue.
+- seats: the requests the pool's pods run at once, as they report (the most each was seen
+  running). None seen yet, or no release rate yet: no engine queue is foreseen.
+- releases per second: the pool's slots given back lately (forecast.ReleaseRate).
+- rest: what the timed streams of its tier took beyond the engine queue foreseen for each
+  (forecast.FirstTokenTimes, their 90th percentile); not known before a few are timed.
+
+An admission whose first token is foreseen past its TTFT target is late whatever follows:
+pricing.py answers it at once instead (qos_first_token_forecast_error_seconds measures the
+forecast against what came).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sidecar.config.base import Tier
+from sidecar.config.pools import Pool
+from sidecar.loops.overload.shedding import SheddingState
+from sidecar.request.policy.decision import FirstTokenForecast
+from sidecar.request.queueing.queue import AdmissionQueue
+from sidecar.request.queueing.scheduler import PRIORITY
+
+
+def engine_queue_seconds(ahead: int, seats: int, per_second: float | None) -> float:
+    """Seconds a newcomer waits for a seat behind `ahead` requests the engines hold."""
+    if seats <= 0 or not per_second:
+        return 0.0
+    return max(0, ahead + 1 - seats) / per_second
+
+
+class FirstTokenForecaster:
+    def __init__(self, queue: AdmissionQueue, shedding: Callable[[], SheddingState]) -> None:
+        self._queue = queue
+        self._shedding = shedding  # the pools' load, as their pods report it
+
+    def foresee(self, tier: Tier, pool: Pool) -> FirstTokenForecast:
+        load = self._shedding().for_pool(pool.name).load
+        tiers = PRIORITY[: PRIORITY.index(tier) + 1] if load.by_priority else PRIORITY
+        ahead = self._queue.cluster_held_in(pool.name, tiers)
+        per_second = self._queue.release_rate(pool.name)
+        engine_queue = engine_queue_seconds(ahead, load.seats, per_second)
+        return FirstTokenForecast(engine_queue, self._queue.first_tokens.most_took(tier, pool.name))
