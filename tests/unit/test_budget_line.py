@@ -139,3 +139,29 @@ async def test_the_cheaper_go_first_but_never_past_one_with_no_time_to_spare():
     open_bucket.set()
     assert all(v.allowed for v in await asyncio.gather(*waiting))
     assert asked == ["head", "small", "big", "medium"]
+
+
+@pytest.mark.asyncio
+async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
+    now = [0.0]
+    line = BudgetWaiters(lambda: now[0])
+    ready = Verdict(False, refused=BUCKET, retry_after=0.0)
+    all_in_line = asyncio.Event()
+
+    async def slow_ask() -> Verdict:
+        await all_in_line.wait()
+        now[0] += 2 * 30 / BUCKET.rate  # each 30 tokens come in twice their time
+        return Verdict(True)
+
+    assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(0.5)
+    waiting = []
+    for _ in range(5):
+        waiting.append(
+            asyncio.create_task(line.wait(30, BUCKET.key, BUCKET.rate, ready, 100, slow_ask))
+        )
+        await asyncio.sleep(0)
+    all_in_line.set()
+    assert all(v.allowed for v in await asyncio.gather(*waiting))
+    # Four grants after another's, each at half the rate: the next line is foreseen so.
+    assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(1.0)
+    assert line.foreseen("qos:{bucket-p2}:tier", BUCKET.rate, 50, 100) == pytest.approx(0.5)

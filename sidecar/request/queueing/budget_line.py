@@ -7,17 +7,45 @@ for). Each waiter is foreseen its turn: when the bucket holds the head's cost, t
 others' costs ahead of it at the bucket's rate. A newcomer goes ahead of a waiter that
 costs more (shortest first: more requests served from the same budget), or whose turn
 would otherwise come too late for it, but only of one whose turn then still comes within
-its own wait; it is answered at once when its own turn would not. So the wait foreseen at
-the door is the wait it gets, but for what other sidecars take from the same bucket.
+its own wait; it is answered at once when its own turn would not.
+
+The turns come at the pace the line was last served, not at the bucket's nominal rate:
+what other sidecars take from the same bucket, and what answers that cost more than they
+reserved settle from it, make the refill slower for the line; refunds make it faster.
+The pace is the time between successive grants over the cost/rate each was foreseen to
+take (the last `PACE_GRANTS` of the bucket's lines).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sidecar.request.limiter.buckets import BucketSpec, Verdict
+
+PACE_GRANTS = 32
+MIN_PACE_GRANTS = 4
+PACE_LIMITS = (0.5, 3.0)  # a slowness outside is an outlier's, not the bucket's
+
+
+class _Pace:
+    """How much slower than its rate a bucket lately served its line (1: as the rate)."""
+
+    def __init__(self) -> None:
+        self._grants: deque[tuple[float, float]] = deque(maxlen=PACE_GRANTS)
+
+    def note(self, took: float, foreseen: float) -> None:
+        self._grants.append((took, foreseen))
+
+    def slowness(self) -> float:
+        if len(self._grants) < MIN_PACE_GRANTS:
+            return 1.0
+        took = sum(t for t, _ in self._grants)
+        foreseen = sum(f for _, f in self._grants)
+        low, high = PACE_LIMITS
+        return min(high, max(low, took / foreseen)) if foreseen > 0 else 1.0
 
 
 def waiting_key(refused: BucketSpec) -> str:
@@ -39,6 +67,7 @@ class _Line:
     last: Verdict  # the latest refusal of the bucket: what a newcomer turned away is told
     ready_at: float  # when the bucket holds what its head waits for, as last told
     waiters: list[_Waiter] = field(default_factory=list)
+    granted_at: float | None = None  # its latest grant
 
     def turns(self, now: float, rate: float) -> list[float]:
         """When each waiter's turn is foreseen to come."""
@@ -69,6 +98,7 @@ class BudgetWaiters:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lines: dict[str, _Line] = {}
+        self._paces: dict[str, _Pace] = {}  # by key, kept between lines
 
     def ahead(self, key: str) -> Verdict | None:
         """The bucket's latest refusal while a line waits for it; None when none does."""
@@ -79,9 +109,24 @@ class BudgetWaiters:
         """Seconds until the turn of a newcomer costing `cost` in the bucket's line."""
         line = self._lines.get(key)
         now = self._clock()
+        rate = self._paced(key, rate)
         if line is None:
             return cost / rate
         return line.place(now, rate, cost, deadline)[1] - now
+
+    def _paced(self, key: str, rate: float) -> float:
+        """The rate the line of `key` is served at, as lately."""
+        pace = self._paces.get(key)
+        return rate / pace.slowness() if pace is not None else rate
+
+    def _granted(self, key: str, line: _Line, cost: float, rate: float) -> None:
+        """A waiter of `line` was granted: after another's grant, the time between them
+        teaches the pace."""
+        now = self._clock()
+        if line.granted_at is not None:
+            pace = self._paces.setdefault(key, _Pace())
+            pace.note(now - line.granted_at, cost / rate)
+        line.granted_at = now
 
     async def wait(
         self,
@@ -99,7 +144,7 @@ class BudgetWaiters:
         line = self._lines.setdefault(key, _Line(verdict, now + (verdict.retry_after or 0.0)))
         waiter = _Waiter(cost, deadline)
         first = not line.waiters
-        place = line.place(now, rate, cost, deadline)[0] if line.waiters else 0
+        place = line.place(now, self._paced(key, rate), cost, deadline)[0] if line.waiters else 0
         line.waiters.insert(place, waiter)
         try:
             if first:
@@ -114,6 +159,8 @@ class BudgetWaiters:
                         return verdict
                     await asyncio.sleep(delay)
                 verdict = await ask()
+                if verdict.allowed:
+                    self._granted(key, line, cost, rate)
                 if verdict.allowed or verdict.retry_after is None:
                     return verdict
                 if verdict.refused is None or waiting_key(verdict.refused) != key:
