@@ -264,3 +264,83 @@ async def test_both_take_a_priority_and_queue_past_their_seats(idle_engine, mock
         await until(lambda s=server: s.requests() == (seats, 2), 60, f"{server.url} queued")
         for status, answer, _ in await asyncio.gather(*long_ones):
             assert status == 200 and answer["usage"]["completion_tokens"] > 0
+
+
+async def first_token_at(url: str, body: dict, sent: float) -> tuple[float, float, int]:
+    """A stream's first token and its end, in seconds after `sent`, and its tokens."""
+    loop = asyncio.get_running_loop()
+    first = None
+    tokens = 0
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status == 200
+        async for line in response.content:
+            if not line.startswith(b"data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and chunk.get("choices"):
+                first = loop.time() - sent
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    assert first is not None
+    return first, loop.time() - sent, tokens
+
+
+async def backlog_timings(server: Engine, answer_tokens: int) -> dict[str, float]:
+    """Seats + (seats - 1) equal streams, then a better and an equal newcomer, all as
+    long: when each newcomer's first token came and when each batch ended, in units of
+    the first batch's time (the engine's own service interval)."""
+    seats = server.settings.max_num_seqs
+    loop = asyncio.get_running_loop()
+
+    def stream(variant: int, priority: int) -> dict:
+        return {
+            **chat(server, priority=priority, stream=True, ignore_eos=True),
+            "messages": [{"role": "user", "content": f"{variant:05d} where is my order"}],
+            "max_tokens": answer_tokens,
+            "stream_options": {"include_usage": True},
+        }
+
+    start = loop.time()
+    backlog = [
+        asyncio.create_task(first_token_at(server.url, stream(i, 1), start))
+        for i in range(2 * seats - 1)
+    ]
+    await until(lambda: server.requests() == (seats, seats - 1), 60, f"{server.url} queued")
+    better = asyncio.create_task(first_token_at(server.url, stream(100, 0), start))
+    equal = asyncio.create_task(first_token_at(server.url, stream(101, 1), start))
+    ends = sorted(end for _, end, _ in await asyncio.gather(*backlog))
+    (better_first, _, better_tokens), (equal_first, _, equal_tokens) = (
+        await better,
+        await equal,
+    )
+    assert better_tokens == equal_tokens == answer_tokens
+    interval = ends[seats - 1]  # the first batch, started together, ends together
+    return {
+        "first batch ends": ends[0] / interval,
+        "second batch ends": ends[-1] / interval,
+        "better's first token": better_first / interval,
+        "equal's first token": equal_first / interval,
+    }
+
+
+@pytest.mark.timeout(600)
+async def test_under_a_backlog_both_serve_in_batches_of_their_seats_and_by_priority(
+    idle_engine, mock
+):
+    # About 5 s a batch on each: vLLM decodes the tiny model ~10x faster than the mock.
+    real = await backlog_timings(idle_engine, 1_000)
+    await idle_engine.wait_idle()
+    mocked = await backlog_timings(mock, 100)
+    for timings in (real, mocked):
+        # Seats free a batch at a time: what the sidecar's release rate sees.
+        assert timings["first batch ends"] > 0.9
+        assert 1.7 < timings["second batch ends"] < 2.3
+        # The better newcomer takes the first seat that frees, ahead of those queued;
+        # the equal one waits behind them for the second batch's seats.
+        assert 0.8 < timings["better's first token"] < 1.3
+        assert 1.7 < timings["equal's first token"] < 2.3
+    for what, seen in real.items():
+        assert mocked[what] == pytest.approx(seen, abs=0.25), what
