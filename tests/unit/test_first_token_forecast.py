@@ -25,11 +25,13 @@ from tests.unit.test_foreseen_waits import Clock
 
 CONFIG = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
 POOL = resolve_pools(CONFIG).default
+COST = 500.0  # a request's prompt and output, in budget tokens
 
 
-def engine_load(seats: int, by_priority: bool = True) -> SheddingState:
+def engine_load(seats: int, by_priority: bool = True, capacity: float = 0.0) -> SheddingState:
     pod = PodLoad("vllm-0", 0.5, 1000, running=seats, waiting=0)
-    return SheddingState(load=ClusterLoad((pod,), 0.5, seats, seats=seats, by_priority=by_priority))
+    load = ClusterLoad((pod,), 0.5, seats, capacity or None, seats=seats, by_priority=by_priority)
+    return SheddingState(load=load)
 
 
 def busy_queue(clock: Clock, held: dict[Tier, int], per_second: float) -> AdmissionQueue:
@@ -57,21 +59,30 @@ def test_a_newcomer_is_behind_its_betters_and_equals_when_the_engines_go_by_prio
     clock = Clock()
     queue = busy_queue(clock, {Tier.P0: 2, Tier.P1: 6, Tier.P2: 3}, per_second=2.0)
     by_priority = FirstTokenForecaster(queue, lambda: engine_load(4))
-    assert by_priority.foresee(Tier.P1, POOL).engine_queue == pytest.approx((8 + 1 - 4) / 2)
-    assert by_priority.foresee(Tier.P0, POOL).engine_queue == 0.0  # 2 ahead, 4 seats
-    assert by_priority.foresee(Tier.P2, POOL).engine_queue == pytest.approx((11 + 1 - 4) / 2)
+    assert by_priority.foresee(Tier.P1, POOL, COST).engine_queue == pytest.approx((8 + 1 - 4) / 2)
+    assert by_priority.foresee(Tier.P0, POOL, COST).engine_queue == 0.0  # 2 ahead, 4 seats
+    assert by_priority.foresee(Tier.P2, POOL, COST).engine_queue == pytest.approx((11 + 1 - 4) / 2)
     first_come = FirstTokenForecaster(queue, lambda: engine_load(4, by_priority=False))
-    assert first_come.foresee(Tier.P0, POOL).engine_queue == pytest.approx((11 + 1 - 4) / 2)
+    assert first_come.foresee(Tier.P0, POOL, COST).engine_queue == pytest.approx((11 + 1 - 4) / 2)
+
+
+def test_before_any_release_the_capacity_says_how_fast_requests_like_it_end():
+    queue = AdmissionQueue(lambda: CONFIG, clock=Clock())
+    for _ in range(10):
+        assert queue.try_take(Tier.P1, "t", True, POOL) is not None
+    # 2 000 tokens a second serve 4 requests of 500 a second: 7 ahead of its seat.
+    forecaster = FirstTokenForecaster(queue, lambda: engine_load(4, capacity=2000))
+    assert forecaster.foresee(Tier.P1, POOL, COST).engine_queue == pytest.approx(7 / 4)
 
 
 def test_the_rest_is_what_streams_took_beyond_their_engine_queue_lately():
     clock = Clock()
     queue = busy_queue(clock, {Tier.P1: 5}, per_second=2.0)
     forecaster = FirstTokenForecaster(queue, lambda: engine_load(4))
-    assert forecaster.foresee(Tier.P1, POOL) == FirstTokenForecast(1.0, None)
+    assert forecaster.foresee(Tier.P1, POOL, COST) == FirstTokenForecast(1.0, None)
     for _ in range(8):
         queue.first_tokens.note(Tier.P1, DEFAULT_POOL, 0.4)
-    foreseen = forecaster.foresee(Tier.P1, POOL)
+    foreseen = forecaster.foresee(Tier.P1, POOL, COST)
     assert foreseen.rest == pytest.approx(0.4) and foreseen.seconds == pytest.approx(1.4)
 
 

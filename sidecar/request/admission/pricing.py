@@ -127,7 +127,7 @@ class Pricing:
             charge = price(settings, tokens, parsed.output)
         leaves = first_token = None
         if self._first_tokens is not None and parsed.stream and snapshot.config.queue.foresee_waits:
-            first_token = self._first_tokens.foresee(tier, pool)
+            first_token = self._first_tokens.foresee(tier, pool, charge.asked)
             leaves = pool.slo[tier].ttft_ms / 1000 - first_token.seconds
             if leaves <= 0 and settings.sheddable:
                 raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value)

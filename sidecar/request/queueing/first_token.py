@@ -10,7 +10,10 @@ way to the engine and its prefill) as its tier's streams took it lately.
   every tier. Each held slot is a request the engines run or hold in their queue.
 - seats: the requests the pool's pods run at once, as they report (the most each was seen
   running). None seen yet, or no release rate yet: no engine queue is foreseen.
-- releases per second: the pool's slots given back lately (forecast.ReleaseRate).
+- releases per second: the pool's slots given back lately (forecast.ReleaseRate); until
+  enough were, what the pool's capacity (tokens a second, as its pods say or as
+  configured) serves of requests costing what this one does: at a sale's first seconds
+  the engines fill before any of their requests has ended.
 - rest: what the timed streams of its tier took beyond the engine queue foreseen for each
   (forecast.FirstTokenTimes, their 90th percentile); not known before a few are timed.
 
@@ -43,10 +46,14 @@ class FirstTokenForecaster:
         self._queue = queue
         self._shedding = shedding  # the pools' load, as their pods report it
 
-    def foresee(self, tier: Tier, pool: Pool) -> FirstTokenForecast:
-        load = self._shedding().for_pool(pool.name).load
+    def foresee(self, tier: Tier, pool: Pool, cost: float) -> FirstTokenForecast:
+        """`cost`: the request's, in its pool's tokens (its prompt and output, weighted)."""
+        state = self._shedding().for_pool(pool.name)
+        load = state.load
         tiers = PRIORITY[: PRIORITY.index(tier) + 1] if load.by_priority else PRIORITY
         ahead = self._queue.cluster_held_in(pool.name, tiers)
         per_second = self._queue.release_rate(pool.name)
+        if per_second is None and cost > 0:
+            per_second = state.capacity(pool) / cost
         engine_queue = engine_queue_seconds(ahead, load.seats, per_second)
         return FirstTokenForecast(engine_queue, self._queue.first_tokens.most_took(tier, pool.name))
