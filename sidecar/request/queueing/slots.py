@@ -36,8 +36,7 @@ class SlotTable:
         self._clock = clock
         self._numbers = itertools.count(1)
         self._slots: dict[str, Slot] = {}
-        self._per_pool: Counter[str] = Counter()
-        self._per_pool_tier: Counter[tuple[str, Tier]] = Counter()
+        self._held: Counter[tuple[str, Tier]] = Counter()  # by pool and tier
         self.released = 0
 
     def __len__(self) -> int:
@@ -47,20 +46,19 @@ class SlotTable:
         return Counter(slot.tier for slot in self._slots.values())
 
     def by_pool(self) -> Counter[str]:
-        return Counter(self._per_pool)
+        pools: Counter[str] = Counter()
+        for (pool, _), count in self._held.items():
+            pools[pool] += count
+        return pools
 
     def in_pool(self, pool: str) -> int:
-        return self._per_pool.get(pool, 0)
+        return sum(self.held(pool, tier) for tier in Tier)
 
     def by_pool_and_tier(self) -> Counter[tuple[str, Tier]]:
-        return +self._per_pool_tier  # without the zeros
+        return +self._held  # without the zeros
 
     def held(self, pool: str, tier: Tier) -> int:
-        return self._per_pool_tier.get((pool, tier), 0)
-
-    def _count(self, slot: Slot, by: int) -> None:
-        self._per_pool[slot.pool] += by
-        self._per_pool_tier[slot.pool, slot.tier] += by
+        return self._held.get((pool, tier), 0)
 
     def take(
         self,
@@ -73,7 +71,7 @@ class SlotTable:
         slot_id = f"{self.owner}-{next(self._numbers)}"
         slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool, reservation)
         self._slots[slot.id] = slot
-        self._count(slot, 1)
+        self._held[slot.pool, slot.tier] += 1
         return slot
 
     def release(self, slot_id: str) -> Slot | None:
@@ -81,7 +79,7 @@ class SlotTable:
         slot = self._slots.pop(slot_id, None)
         if slot is not None:
             self.released += 1
-            self._count(slot, -1)
+            self._held[slot.pool, slot.tier] -= 1
         return slot
 
     def reclaim(self, older_than: float) -> list[Slot]:
@@ -90,5 +88,5 @@ class SlotTable:
         stale = [slot for slot in self._slots.values() if slot.taken_at < cutoff]
         for slot in stale:
             del self._slots[slot.id]
-            self._count(slot, -1)
+            self._held[slot.pool, slot.tier] -= 1
         return stale
