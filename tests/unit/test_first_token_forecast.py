@@ -1,7 +1,11 @@
 """A stream's first token foreseen from what the engines hold ahead of it, and answered at
-once when that is past its TTFT target: pure, no servers."""
+once when that is past its TTFT target, or when its turn comes after a wait: pure, no
+servers."""
 
 from __future__ import annotations
+
+import asyncio
+import dataclasses
 
 import pytest
 
@@ -13,6 +17,7 @@ from sidecar.config.store import Snapshot
 from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.metrics import SidecarMetrics
+from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
@@ -20,6 +25,7 @@ from sidecar.request.counting.estimate import estimate
 from sidecar.request.policy.decision import Admission, Admit, FirstTokenForecast, Respond
 from sidecar.request.queueing.first_token import FirstTokenForecaster, engine_queue_seconds
 from sidecar.request.queueing.queue import AdmissionQueue
+from sidecar.request.queueing.waiting import FirstTokenDue, Wait, Waiting
 from tests.unit.test_admission_decider import SHORT, TENANTS, FakeLimiter, chat, lookup
 from tests.unit.test_foreseen_waits import Clock
 
@@ -150,3 +156,76 @@ def test_a_timed_stream_teaches_the_rest_and_measures_the_error():
 
     # 2.1 s came against 1.8 foreseen: all eight 0.3 s late.
     assert (errors_up_to("0.25"), errors_up_to("0.5")) == (0.0, 8.0)
+    # Foreseen again at admission, with 1.9 s queued by then: 0.2 s beyond it.
+    assert queue.first_tokens.most_took(Tier.P1, DEFAULT_POOL, at_admission=True) == (
+        pytest.approx(0.6)
+    )
+    again = dataclasses.replace(admitted, first_token_again=FirstTokenForecast(1.9, 0.1))
+    for _ in range(64):
+        ends.first_byte(again, 2.6)
+    assert queue.first_tokens.most_took(Tier.P1, DEFAULT_POOL, at_admission=True) == (
+        pytest.approx(0.2)
+    )
+    assert queue.first_tokens.most_took(Tier.P1, DEFAULT_POOL) == pytest.approx(0.6)
+
+
+async def no_hold(seconds: float) -> None:
+    pass
+
+
+@pytest.mark.parametrize(("waited", "admitted"), [(1.0, True), (2.5, False)])
+@pytest.mark.asyncio
+async def test_a_stream_whose_turn_comes_late_is_foreseen_again_and_shed_if_past(waited, admitted):
+    clock = Clock()
+    config = QosConfig.from_partial({"fleet": {"max_concurrency": 6}})
+    pool = resolve_pools(config).default
+    queue = AdmissionQueue(lambda: config, clock=clock)
+    for _ in range(20):  # 4 slots given back a second lately
+        slot = queue.try_take(Tier.P2, "t", True, pool)
+        assert slot is not None
+        clock.now += 0.25
+        queue.release(slot.id)
+    held = [queue.try_take(Tier.P1, "t", True, pool) for _ in range(6)]  # no slot free
+    given_back = []
+    forecaster = FirstTokenForecaster(queue, lambda: engine_load(4))
+    waiting = Waiting(queue, given_back.append, clock, forecaster)
+    due = FirstTokenDue(target=3.0, cost=COST, sheddable=True)
+    wait = Wait(Tier.P1, "t", pool, True, 2.9, False, first_token=due)
+    holding = asyncio.Event()
+
+    async def hold(seconds: float) -> None:
+        holding.set()  # it waits for a slot from here on, without yielding first
+
+    turn = asyncio.create_task(waiting.turn(wait, hold))
+    await holding.wait()
+    assert queue.scheduler.waiting(Tier.P1) == 1
+    clock.now += waited
+    freed = held[0]
+    assert freed is not None
+    queue.release(freed.id)  # its slot: 5 others held, 2 past the 4 seats at ~3 a second
+    released = queue.slots.released
+    if admitted:
+        got = await turn
+        assert got.slot and got.first_token is not None
+        assert got.waited == pytest.approx(waited)
+        assert 0.5 < got.first_token.engine_queue < 0.8 and waited + got.first_token.seconds < 3
+        assert given_back == []
+    else:
+        with pytest.raises(Refusal) as refused:
+            await turn
+        assert refused.value.reason == "shed_first_token_foreseen"
+        assert len(queue.slots) == 5 and given_back == [None]  # its slot and budget back
+        assert queue.slots.released == released + 1
+        assert queue.release_rate(DEFAULT_POOL) == pytest.approx(21 / 7.5)  # not a release
+
+
+@pytest.mark.asyncio
+async def test_p0_admitted_late_rather_than_shed_when_its_turn_comes():
+    clock = Clock()
+    queue = busy_queue(clock, {Tier.P0: 12}, per_second=2.0)
+    waiting = Waiting(
+        queue, lambda _: None, clock, FirstTokenForecaster(queue, lambda: engine_load(4))
+    )
+    due = FirstTokenDue(target=1.0, cost=COST, sheddable=False)
+    turn = await waiting.turn(Wait(Tier.P0, "t", POOL, True, 1.0, False, first_token=due), no_hold)
+    assert turn.slot and turn.first_token is None  # not waited: foreseen at pricing only

@@ -67,6 +67,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
         queue_wait=turn.waited if turn.slot else None,
         foreseen_wait=turn.foreseen,
         first_token=place.first_token,
+        first_token_again=turn.first_token,
         overflowed_from=place.overflowed_from,
         # Time this stream's first token: its response body will be watched.
         time_first_byte=bool(turn.slot) and asked.parsed.stream and asked.view.response_watched,

@@ -37,7 +37,7 @@ from sidecar.request.limiter.verdicts import budget_reason, budget_refusal
 from sidecar.request.policy.decision import Admitted
 from sidecar.request.queueing.budget_cutoff import Demand
 from sidecar.request.queueing.budget_line import BudgetWaiters, waiting_key
-from sidecar.request.queueing.waiting import BudgetTurn, Wait
+from sidecar.request.queueing.waiting import BudgetTurn, FirstTokenDue, Wait
 
 
 class Projection(Protocol):
@@ -262,7 +262,15 @@ def _wait(place: Placement, budget: BudgetTurn | None = None) -> Wait:
         hurried=place.max_wait < settings.max_queue_wait_seconds,
         reservation=place.reservation,
         budget=budget,
+        first_token=_first_token_due(place),
     )
+
+
+def _first_token_due(place: Placement) -> FirstTokenDue | None:
+    if place.first_token is None:
+        return None
+    target = place.pool.slo[place.tier].ttft_ms / 1000
+    return FirstTokenDue(target, place.charge.asked, place.settings.sheddable)
 
 
 def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:

@@ -68,7 +68,7 @@ class AdmissionDirector:
         first_tokens = FirstTokenForecaster(queue, shedding) if queue is not None else None
         self._pricing = Pricing(count_prompt, first_tokens)
         self._overload = Overload(shedding)
-        self._waiting = Waiting(queue, refunds.give_all_back, clock)
+        self._waiting = Waiting(queue, refunds.give_all_back, clock, first_tokens)
         self._budget = Budget(
             limiter, refunds.levels, shedding, projection, self._waiting.lines, clock
         )

@@ -79,9 +79,10 @@ class ExchangeEnds:
             # What admission foresees a stream's first token by (queueing/first_token.py):
             # the time beyond the engine queue foreseen for it, and the forecast's error.
             served_in = seconds - (admitted.queue_wait or 0.0)
-            foreseen = admitted.first_token
+            foreseen, again = admitted.first_token, admitted.first_token_again
             engine_queue = foreseen.engine_queue if foreseen is not None else 0.0
-            self._queue.first_tokens.note(tier, pool_name, served_in - engine_queue)
+            beyond_again = served_in - again.engine_queue if again is not None else None
+            self._queue.first_tokens.note(tier, pool_name, served_in - engine_queue, beyond_again)
             if foreseen is not None and foreseen.rest is not None:
                 error = self._metrics.child(self._metrics.first_token_error, tier.value, pool_name)
                 error.observe(served_in - foreseen.seconds)

@@ -75,6 +75,7 @@ class Admission:
     queue_wait: float | None = None  # seconds waited for the slot
     foreseen_wait: float | None = None  # seconds its wait was foreseen to take, if it was
     first_token: FirstTokenForecast | None = None  # a stream's, foreseen at its pricing
+    first_token_again: FirstTokenForecast | None = None  # ...and at admission, after a wait
     overflowed_from: str = ""  # the pool that shed it, when another pool admitted it
     shadowed: Reason | None = None  # in shadow mode, why it would have been refused
     time_first_byte: bool = False  # watch the response body for the first token's time

@@ -17,9 +17,16 @@ way to the engine and its prefill) as its tier's streams took it lately.
 - rest: what the timed streams of its tier took beyond the engine queue foreseen for each
   (forecast.FirstTokenTimes, their 90th percentile); not known before a few are timed.
 
-An admission whose first token is foreseen past its TTFT target is late whatever follows:
-pricing.py answers it at once instead (qos_first_token_forecast_error_seconds measures the
-forecast against what came).
+Foreseen twice. At pricing, the rest is beyond the queue foreseen then: it holds how the
+engines' queue grew while streams waited for their turn (for their budget, or a slot),
+and caps the wait a stream is given. At admission after a wait, again, with the rest
+beyond the queue foreseen at admission: a stream that waited its whole allowance into a
+queue longer than foreseen would now be late.
+
+A stream whose first token is foreseen past its TTFT target is late whatever follows:
+pricing.py answers it at once, waiting.py when its turn comes
+(qos_first_token_forecast_error_seconds measures the forecast at pricing against what
+came).
 """
 
 from __future__ import annotations
@@ -46,14 +53,20 @@ class FirstTokenForecaster:
         self._queue = queue
         self._shedding = shedding  # the pools' load, as their pods report it
 
-    def foresee(self, tier: Tier, pool: Pool, cost: float) -> FirstTokenForecast:
-        """`cost`: the request's, in its pool's tokens (its prompt and output, weighted)."""
+    def foresee(
+        self, tier: Tier, pool: Pool, cost: float, at_admission: bool = False
+    ) -> FirstTokenForecast:
+        """`cost`: the request's, in its pool's tokens (its prompt and output, weighted).
+        `at_admission`: foreseen again as it is admitted after a wait, its slot held."""
         state = self._shedding().for_pool(pool.name)
         load = state.load
         tiers = PRIORITY[: PRIORITY.index(tier) + 1] if load.by_priority else PRIORITY
         ahead = self._queue.cluster_held_in(pool.name, tiers)
+        if at_admission:
+            ahead = max(0, ahead - 1)  # not itself
         per_second = self._queue.release_rate(pool.name)
         if per_second is None and cost > 0:
             per_second = state.capacity(pool) / cost
         engine_queue = engine_queue_seconds(ahead, load.seats, per_second)
-        return FirstTokenForecast(engine_queue, self._queue.first_tokens.most_took(tier, pool.name))
+        rest = self._queue.first_tokens.most_took(tier, pool.name, at_admission)
+        return FirstTokenForecast(engine_queue, rest)

@@ -61,8 +61,10 @@ class ReleaseRate:
 
 class FirstTokenTimes:
     """Seconds the streams timed lately took from admission to their first token beyond
-    the engine queue foreseen for them (first_token.py), per tier and pool; `most_took`:
-    their 90th percentile. Fewer than `min_samples` in the window: not known."""
+    the engine queue foreseen for them (first_token.py), per tier and pool: beyond the
+    queue foreseen at their pricing (which includes how it grew while they waited) and
+    beyond the queue foreseen at their admission. `most_took`: the 90th percentile of
+    either. Fewer than `min_samples` in the window: not known."""
 
     def __init__(
         self,
@@ -75,13 +77,18 @@ class FirstTokenTimes:
         self._window = window
         self._kept = kept
         self._min_samples = min_samples
-        self._seen: dict[tuple[Tier, str], deque[tuple[float, float]]] = {}
+        self._seen: dict[tuple[Tier, str], deque[tuple[float, float, float]]] = {}
 
-    def note(self, tier: Tier, pool: str, seconds: float) -> None:
+    def note(
+        self, tier: Tier, pool: str, seconds: float, at_admission: float | None = None
+    ) -> None:
+        """`seconds` beyond the queue foreseen at pricing; `at_admission` beyond the one
+        foreseen at admission (None: the same, nothing was foreseen again)."""
         seen = self._seen.setdefault((tier, pool), deque(maxlen=self._kept))
-        seen.append((self._clock(), seconds))
+        admitted = seconds if at_admission is None else at_admission
+        seen.append((self._clock(), seconds, admitted))
 
-    def most_took(self, tier: Tier, pool: str) -> float | None:
+    def most_took(self, tier: Tier, pool: str, at_admission: bool = False) -> float | None:
         seen = self._seen.get((tier, pool))
         if seen is None:
             return None
@@ -90,7 +97,7 @@ class FirstTokenTimes:
             seen.popleft()
         if len(seen) < self._min_samples:
             return None
-        took = sorted(seconds for _, seconds in seen)
+        took = sorted(entry[2 if at_admission else 1] for entry in seen)
         return took[min(len(took) - 1, int(MOST * len(took)))]
 
 

@@ -199,6 +199,12 @@ class AdmissionQueue:
             self.dispatch(slot.pool)
         return slot
 
+    def cancel(self, slot_id: str) -> None:
+        """Give back a slot its request never used (no release the engines made)."""
+        slot = self.slots.release(slot_id)
+        if slot is not None:
+            self.dispatch(slot.pool)
+
     def _release_rate(self, pool: str) -> ReleaseRate:
         if pool not in self._release_rates:
             self._release_rates[pool] = ReleaseRate(self._clock)

@@ -6,7 +6,9 @@ wait is foreseen to outlast it (forecast.py).
 One entry, `Waiting.turn`, takes what the budget stage decided (`Wait`) and returns one
 outcome, the request's `Turn`; a request that gets none raises the Refusal its answer is
 made from, having given back the budget it took. Before it waits it holds its exchange
-(Envoy is told to wait as long as the request may)."""
+(Envoy is told to wait as long as the request may). A stream whose turn came after a
+wait is foreseen its first token again (first_token.py): foreseen past its TTFT target,
+it is answered rather than admitted late, when its tier may be shed."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from sidecar.refusals import Reason, shed
 from sidecar.request.limiter.buckets import BucketSpec, Verdict
 from sidecar.request.limiter.verdicts import budget_refusal
 from sidecar.request.policy.cost import Reservation
-from sidecar.request.policy.decision import Hold
+from sidecar.request.policy.decision import FirstTokenForecast, Hold
 from sidecar.request.queueing.budget_line import BudgetWaiters, waiting_key
+from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.request.queueing.queue import AdmissionQueue, QueueFull
 
 
@@ -33,6 +36,15 @@ class BudgetTurn:
     refused: Verdict  # the bucket's latest refusal (its own, or the line's)
     foreseen: float  # seconds until its turn in the line, as foreseen
     ask: Callable[[], Awaitable[Verdict]]  # one budget call, when its turn comes
+
+
+@dataclass(frozen=True)
+class FirstTokenDue:
+    """When a stream's first token is due, to foresee it again when its turn comes."""
+
+    target: float  # seconds from its arrival: its tier's TTFT target in its pool
+    cost: float  # in its pool's tokens: what it weighs in the forecast
+    sheddable: bool  # foreseen late, it is answered (else admitted, late)
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class Wait:
     # refused after taking it.
     reservation: Reservation | None = None
     budget: BudgetTurn | None = None  # None: its budgets took it already
+    first_token: FirstTokenDue | None = None  # a stream's, foreseen at its pricing
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class Turn:
     slot: str = ""
     waited: float | None = None  # seconds waited for the slot; None without one
     foreseen: float | None = None  # seconds its wait was foreseen to take, if it was
+    first_token: FirstTokenForecast | None = None  # foreseen again after its wait
 
 
 class Waiting:
@@ -66,10 +80,12 @@ class Waiting:
         queue: AdmissionQueue | None,  # None: nobody waits; admitted without a slot
         give_back: Callable[[Reservation | None], None],
         clock: Callable[[], float],
+        first_tokens: FirstTokenForecaster | None = None,
     ) -> None:
         self._queue = queue
         self._give_back = give_back
         self._clock = clock
+        self._first_tokens = first_tokens
         # The lines for the tiers' buckets, which the budget stage looks at before it asks.
         self.lines = BudgetWaiters(clock) if queue is not None else None
 
@@ -109,7 +125,24 @@ class Waiting:
         if slot is None:
             self._give_back(wait.reservation)
             raise shed(reason, wait.tier.value)
-        return Turn(slot.id, self._clock() - started, foreseen)
+        waited = self._clock() - started
+        first_token = self._first_token_after(queue, wait, slot.id, waited)
+        return Turn(slot.id, waited, foreseen, first_token)
+
+    def _first_token_after(
+        self, queue: AdmissionQueue, wait: Wait, slot: str, waited: float
+    ) -> FirstTokenForecast | None:
+        """A stream's first token foreseen again as it is admitted; one foreseen past its
+        target is refused, its slot and budget given back, when its tier may be shed."""
+        due = wait.first_token
+        if due is None or self._first_tokens is None:
+            return None
+        forecast = self._first_tokens.foresee(wait.tier, wait.pool, due.cost, at_admission=True)
+        if due.sheddable and waited + forecast.seconds > due.target:
+            queue.cancel(slot)
+            self._give_back(wait.reservation)
+            raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, wait.tier.value)
+        return forecast
 
     def _slot_foreseen(self, queue: AdmissionQueue, wait: Wait) -> float | None:
         """The foreseen wait for a slot, when it may wait that long; else its refusal (its
