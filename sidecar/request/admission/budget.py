@@ -188,7 +188,7 @@ class Budget:
             return None
         foreseen = lines.foreseen(key, tier_bucket.rate, cost, self._clock() + place.max_wait)
         if place.asked.snapshot.config.queue.foresee_waits and (
-            foreseen > place.max_wait
+            foreseen > place.max_wait - lines.margin(key)
             or cost > self._demand.cutoff(tier_bucket.key, tier_bucket.rate)
         ):
             return shed(budget_reason(last), place.tier.value)

@@ -14,6 +14,14 @@ what other sidecars take from the same bucket, and what answers that cost more t
 reserved settle from it, make the refill slower for the line; refunds make it faster.
 The pace is the time between successive grants over the cost/rate each was foreseen to
 take (the last `PACE_GRANTS` of the bucket's lines).
+
+The pace is right on average; one waiter's turn still comes later than foreseen when
+cheaper newcomers pass it or the refill stalls. The line keeps a margin before every
+deadline, the `MARGIN_QUANTILE` of how much later than foreseen its waiters' turns came
+lately (the last `PACE_GRANTS`): a newcomer whose turn would come within the margin of
+its deadline is answered at once, and nobody passes a waiter into its margin. Without
+it, the waiters whose turns are foreseen close to their deadline (where passing pushes
+them) are answered only after waiting out their time.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from sidecar.request.limiter.buckets import BucketSpec, Verdict
 PACE_GRANTS = 32
 MIN_PACE_GRANTS = 4
 PACE_LIMITS = (0.5, 3.0)  # a slowness outside is an outlier's, not the bucket's
+MARGIN_QUANTILE = 0.8
 
 
 class _Pace:
@@ -35,9 +44,20 @@ class _Pace:
 
     def __init__(self) -> None:
         self._grants: deque[tuple[float, float]] = deque(maxlen=PACE_GRANTS)
+        self._late: deque[float] = deque(maxlen=PACE_GRANTS)  # turns past their foreseen
 
     def note(self, took: float, foreseen: float) -> None:
         self._grants.append((took, foreseen))
+
+    def note_turn(self, late_by: float) -> None:
+        self._late.append(late_by)
+
+    def margin(self) -> float:
+        """Seconds to keep before a deadline: how much later than foreseen turns came."""
+        if len(self._late) < MIN_PACE_GRANTS:
+            return 0.0
+        late = sorted(self._late)
+        return max(0.0, late[int(MARGIN_QUANTILE * (len(late) - 1))])
 
     def slowness(self) -> float:
         if len(self._grants) < MIN_PACE_GRANTS:
@@ -78,17 +98,20 @@ class _Line:
             turns.append(at)
         return turns
 
-    def place(self, now: float, rate: float, cost: float, deadline: float) -> tuple[int, float]:
-        """Where a newcomer goes (never before the head) and when its turn comes there."""
+    def place(
+        self, now: float, rate: float, cost: float, deadline: float, margin: float
+    ) -> tuple[int, float]:
+        """Where a newcomer goes (never before the head) and when its turn comes there,
+        every deadline kept `margin` seconds clear."""
         turns = self.turns(now, rate)
         takes = cost / rate
         place = len(self.waiters)
         while place > 1:
             passed = self.waiters[place - 1]
             behind_it = turns[place - 1] + takes  # its turn behind `passed`...
-            if passed.cost <= cost and behind_it <= deadline:
+            if passed.cost <= cost and behind_it <= deadline - margin:
                 break  # not dearer, and not too late for it: it waits behind
-            if behind_it > passed.deadline:  # ...and `passed`'s turn if it goes ahead
+            if behind_it > passed.deadline - margin:  # ...and `passed`'s turn if it goes ahead
                 break  # no time to spare for it
             place -= 1
         return place, turns[place - 1] + takes
@@ -112,20 +135,29 @@ class BudgetWaiters:
         rate = self._paced(key, rate)
         if line is None:
             return cost / rate
-        return line.place(now, rate, cost, deadline)[1] - now
+        return line.place(now, rate, cost, deadline, self.margin(key))[1] - now
+
+    def margin(self, key: str) -> float:
+        """Seconds the line of `key` keeps clear before a waiter's deadline."""
+        pace = self._paces.get(key)
+        return pace.margin() if pace is not None else 0.0
 
     def _paced(self, key: str, rate: float) -> float:
         """The rate the line of `key` is served at, as lately."""
         pace = self._paces.get(key)
         return rate / pace.slowness() if pace is not None else rate
 
-    def _granted(self, key: str, line: _Line, cost: float, rate: float) -> None:
+    def _granted(
+        self, key: str, line: _Line, cost: float, rate: float, late_by: float | None
+    ) -> None:
         """A waiter of `line` was granted: after another's grant, the time between them
-        teaches the pace."""
+        teaches the pace; `late_by`: how much later than foreseen its turn came."""
         now = self._clock()
+        pace = self._paces.setdefault(key, _Pace())
         if line.granted_at is not None:
-            pace = self._paces.setdefault(key, _Pace())
             pace.note(now - line.granted_at, cost / rate)
+        if late_by is not None:
+            pace.note_turn(late_by)
         line.granted_at = now
 
     async def wait(
@@ -144,7 +176,11 @@ class BudgetWaiters:
         line = self._lines.setdefault(key, _Line(verdict, now + (verdict.retry_after or 0.0)))
         waiter = _Waiter(cost, deadline)
         first = not line.waiters
-        place = line.place(now, self._paced(key, rate), cost, deadline)[0] if line.waiters else 0
+        if first:
+            place, turn_at = 0, line.ready_at
+        else:
+            margin = self.margin(key)
+            place, turn_at = line.place(now, self._paced(key, rate), cost, deadline, margin)
         line.waiters.insert(place, waiter)
         try:
             if first:
@@ -160,7 +196,8 @@ class BudgetWaiters:
                     await asyncio.sleep(delay)
                 verdict = await ask()
                 if verdict.allowed:
-                    self._granted(key, line, cost, rate)
+                    late_by = None if first else self._clock() - turn_at
+                    self._granted(key, line, cost, rate, late_by)
                 if verdict.allowed or verdict.retry_after is None:
                     return verdict
                 if verdict.refused is None or waiting_key(verdict.refused) != key:
