@@ -169,3 +169,51 @@ async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
     # turns came 0.9, 1.2, 1.5 and 1.8 s late. The line keeps the 80th percentile clear.
     assert line.margin(BUCKET.key) == pytest.approx(1.5)
     assert line.margin("qos:{bucket-p2}:tier") == 0.0
+
+
+@pytest.mark.asyncio
+async def test_nobody_passes_a_waiter_into_the_margin_kept_before_its_deadline():
+    now = [0.0]
+    line = BudgetWaiters(lambda: now[0])
+    ready = Verdict(False, refused=BUCKET, retry_after=0.0)
+    all_in_line = asyncio.Event()
+
+    async def slow_ask() -> Verdict:  # as above: served at half the rate, margin 1.5 s
+        await all_in_line.wait()
+        now[0] += 2 * 30 / BUCKET.rate
+        return Verdict(True)
+
+    served = []
+    for _ in range(5):
+        served.append(
+            asyncio.create_task(line.wait(30, BUCKET.key, BUCKET.rate, ready, 100, slow_ask))
+        )
+        await asyncio.sleep(0)
+    all_in_line.set()
+    await asyncio.gather(*served)
+    assert line.margin(BUCKET.key) == pytest.approx(1.5)
+
+    start, asked, open_bucket = now[0], [], asyncio.Event()
+
+    def join(name: str, cost: float, deadline: float) -> asyncio.Task:
+        async def ask() -> Verdict:
+            await open_bucket.wait()
+            asked.append(name)
+            return Verdict(True)
+
+        told = Verdict(False, refused=BUCKET, retry_after=1.0)
+        return asyncio.create_task(
+            line.wait(cost, BUCKET.key, BUCKET.rate, told, start + deadline, ask)
+        )
+
+    # At the pace learnt (50 tokens a second): the head's turn at 1 s, "big" (100) at 3 s,
+    # its deadline at 4.5 s. "small" (20) ahead of it would put big's turn at 3.4 s: before
+    # its deadline, but within its 1.5 s margin, so small waits behind it.
+    waiting = [join("head", 50, 100), join("big", 100, 4.5)]
+    await asyncio.sleep(0)
+    assert line.foreseen(BUCKET.key, BUCKET.rate, 20, start + 100) == pytest.approx(3.4)
+    waiting.append(join("small", 20, 100))
+    await asyncio.sleep(0)
+    open_bucket.set()
+    assert all(v.allowed for v in await asyncio.gather(*waiting))
+    assert asked == ["head", "big", "small"]
