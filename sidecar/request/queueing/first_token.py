@@ -15,7 +15,7 @@ way to the engine and its prefill) as its tier's streams took it lately.
   configured) serves of requests costing what this one does: at a sale's first seconds
   the engines fill before any of their requests has ended.
 - rest: what the timed streams of its tier took beyond the engine queue foreseen for each
-  (forecast.FirstTokenTimes, their 90th percentile); not known before a few are timed.
+  (forecast.FirstTokenTimes, their 95th percentile); not known before a few are timed.
 
 Foreseen twice. At pricing, the rest is beyond the queue foreseen then: it holds how the
 engines' queue grew while streams waited for their turn (for their budget, or a slot),

@@ -26,7 +26,7 @@ MIN_RELEASES = 4
 FIRST_TOKEN_WINDOW_SECONDS = 30.0
 FIRST_TOKENS_KEPT = 64
 MIN_FIRST_TOKENS = 8
-MOST = 0.9
+MOST = 0.95
 
 
 class ReleaseRate:
@@ -63,7 +63,7 @@ class FirstTokenTimes:
     """Seconds the streams timed lately took from admission to their first token beyond
     the engine queue foreseen for them (first_token.py), per tier and pool: beyond the
     queue foreseen at their pricing (which includes how it grew while they waited) and
-    beyond the queue foreseen at their admission. `most_took`: the 90th percentile of
+    beyond the queue foreseen at their admission. `most_took`: the 95th percentile of
     either. Fewer than `min_samples` in the window: not known."""
 
     def __init__(
