@@ -141,19 +141,17 @@ async def test_the_cheaper_go_first_but_never_past_one_with_no_time_to_spare():
     assert asked == ["head", "small", "big", "medium"]
 
 
-@pytest.mark.asyncio
-async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
-    now = [0.0]
-    line = BudgetWaiters(lambda: now[0])
+async def served_at_half_the_rate(line: BudgetWaiters, now: list[float]) -> list[Verdict]:
+    """Five waiters of 30 tokens in one line, all in it before the head is served, each
+    served in twice the time its cost takes at the bucket's rate."""
     ready = Verdict(False, refused=BUCKET, retry_after=0.0)
     all_in_line = asyncio.Event()
 
     async def slow_ask() -> Verdict:
         await all_in_line.wait()
-        now[0] += 2 * 30 / BUCKET.rate  # each 30 tokens come in twice their time
+        now[0] += 2 * 30 / BUCKET.rate
         return Verdict(True)
 
-    assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(0.5)
     waiting = []
     for _ in range(5):
         waiting.append(
@@ -161,7 +159,15 @@ async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
         )
         await asyncio.sleep(0)
     all_in_line.set()
-    assert all(v.allowed for v in await asyncio.gather(*waiting))
+    return await asyncio.gather(*waiting)
+
+
+@pytest.mark.asyncio
+async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
+    now = [0.0]
+    line = BudgetWaiters(lambda: now[0])
+    assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(0.5)
+    assert all(v.allowed for v in await served_at_half_the_rate(line, now))
     # Four grants after another's, each at half the rate: the next line is foreseen so.
     assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(1.0)
     assert line.foreseen("qos:{bucket-p2}:tier", BUCKET.rate, 50, 100) == pytest.approx(0.5)
@@ -175,23 +181,8 @@ async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
 async def test_nobody_passes_a_waiter_into_the_margin_kept_before_its_deadline():
     now = [0.0]
     line = BudgetWaiters(lambda: now[0])
-    ready = Verdict(False, refused=BUCKET, retry_after=0.0)
-    all_in_line = asyncio.Event()
-
-    async def slow_ask() -> Verdict:  # as above: served at half the rate, margin 1.5 s
-        await all_in_line.wait()
-        now[0] += 2 * 30 / BUCKET.rate
-        return Verdict(True)
-
-    served = []
-    for _ in range(5):
-        served.append(
-            asyncio.create_task(line.wait(30, BUCKET.key, BUCKET.rate, ready, 100, slow_ask))
-        )
-        await asyncio.sleep(0)
-    all_in_line.set()
-    await asyncio.gather(*served)
-    assert line.margin(BUCKET.key) == pytest.approx(1.5)
+    await served_at_half_the_rate(line, now)
+    assert line.margin(BUCKET.key) == pytest.approx(1.5)  # as above
 
     start, asked, open_bucket = now[0], [], asyncio.Event()
 
