@@ -132,6 +132,22 @@ async def test_a_stream_foreseen_past_its_target_is_answered_at_once_p0_never():
     assert isinstance(await unknown.decide(chat("k-cap", messages=SHORT, stream=True)), Admit)
 
 
+@pytest.mark.asyncio
+async def test_the_forecast_at_pricing_carries_how_much_later_waiters_were_foreseen():
+    clock = Clock()
+    queue = busy_queue(clock, {Tier.P1: 6}, per_second=4.0)  # 3 past the seats: 0.75 s
+    decider = director(clock, queue, engine_load(4))
+    first = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(first, Admit)
+    foreseen = first.record.first_token
+    assert foreseen is not None and foreseen.growth == 0.0
+    for _ in range(8):
+        queue.first_tokens.note_growth(Tier.P1, DEFAULT_POOL, 0.5)
+    later = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(later, Admit) and later.record.first_token is not None
+    assert later.record.first_token.growth == 0.5
+
+
 def test_a_timed_stream_teaches_the_rest_and_measures_the_error():
     clock = Clock()
     queue, metrics = AdmissionQueue(lambda: CONFIG, clock=clock), SidecarMetrics()
@@ -189,7 +205,7 @@ async def test_a_stream_whose_turn_comes_late_is_foreseen_again_and_shed_if_past
     given_back = []
     forecaster = FirstTokenForecaster(queue, lambda: engine_load(4))
     waiting = Waiting(queue, given_back.append, clock, forecaster)
-    due = FirstTokenDue(target=3.0, cost=COST, sheddable=True)
+    due = FirstTokenDue(target=3.0, foreseen=0.4, cost=COST, sheddable=True)
     wait = Wait(Tier.P1, "t", pool, True, 2.9, False, first_token=due)
     holding = asyncio.Event()
 
@@ -209,6 +225,10 @@ async def test_a_stream_whose_turn_comes_late_is_foreseen_again_and_shed_if_past
         assert got.slot and got.first_token is not None
         assert got.waited == pytest.approx(waited)
         assert 0.5 < got.first_token.engine_queue < 0.8 and waited + got.first_token.seconds < 3
+        grown = got.first_token.seconds - 0.4  # later than at pricing: noted
+        for _ in range(7):
+            queue.first_tokens.note_growth(Tier.P1, DEFAULT_POOL, grown)
+        assert queue.first_tokens.growth(Tier.P1, DEFAULT_POOL) == pytest.approx(grown)
         assert given_back == []
     else:
         with pytest.raises(Refusal) as refused:
@@ -226,6 +246,6 @@ async def test_p0_admitted_late_rather_than_shed_when_its_turn_comes():
     waiting = Waiting(
         queue, lambda _: None, clock, FirstTokenForecaster(queue, lambda: engine_load(4))
     )
-    due = FirstTokenDue(target=1.0, cost=COST, sheddable=False)
+    due = FirstTokenDue(target=1.0, foreseen=0.0, cost=COST, sheddable=False)
     turn = await waiting.turn(Wait(Tier.P0, "t", POOL, True, 1.0, False, first_token=due), no_hold)
     assert turn.slot and turn.first_token is None  # not waited: foreseen at pricing only

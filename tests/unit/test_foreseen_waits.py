@@ -215,6 +215,10 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
         admission.first_tokens.note(Tier.P1, "default", 2.2)
     stream = await begin(decider, chat("k-cap", messages=SHORT, stream=True))
     assert stream.holds == [pytest.approx(0.8)]
+    for _ in range(8):  # waiters foreseen half a second later at their turn, lately
+        admission.first_tokens.note_growth(Tier.P1, "default", 0.5)
+    shorter = await begin(decider, chat("k-cap", messages=SHORT, stream=True))
+    assert shorter.holds == [pytest.approx(0.3)]
     whole = await begin(decider, chat("k-cap", messages=SHORT))  # its SLO is not a TTFT
     assert whole.holds == [5.0]
     for _ in range(8):
@@ -227,5 +231,21 @@ async def test_a_streams_wait_is_capped_at_what_its_ttft_target_leaves():
     await off.decide(chat("k-p0"))
     uncapped = await begin(off, chat("k-cap", messages=SHORT, stream=True))
     assert uncapped.holds == [5.0]
-    for waiting in (stream, whole, uncapped):
+    for waiting in (stream, shorter, whole, uncapped):
         await waiting.stop()
+
+
+def test_how_much_later_streams_were_foreseen_after_a_wait_caps_the_next_waits():
+    clock = Clock()
+    times = FirstTokenTimes(clock, window=30, kept=64, min_samples=8)
+    for seconds in (-0.2, 0.0, 0.1, 0.1, 0.2, 0.3, 0.4):
+        times.note_growth(Tier.P1, "default", seconds)
+    assert times.growth(Tier.P1, "default") == 0.0  # 7 seen: too few
+    times.note_growth(Tier.P1, "default", 0.9)
+    assert times.growth(Tier.P1, "default") == 0.3  # the 80th percentile of 8: the 6th
+    assert times.growth(Tier.P2, "default") == 0.0
+    for _ in range(8):
+        times.note_growth(Tier.P2, "default", -0.5)
+    assert times.growth(Tier.P2, "default") == 0.0  # foreseen sooner: no cap
+    clock.now += 31
+    assert times.growth(Tier.P1, "default") == 0.0  # all too old

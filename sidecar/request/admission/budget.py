@@ -270,7 +270,8 @@ def _first_token_due(place: Placement) -> FirstTokenDue | None:
     if place.first_token is None:
         return None
     target = place.pool.slo[place.tier].ttft_ms / 1000
-    return FirstTokenDue(target, place.charge.asked, place.settings.sheddable)
+    foreseen = place.first_token.seconds
+    return FirstTokenDue(target, foreseen, place.charge.asked, place.settings.sheddable)
 
 
 def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:

@@ -131,6 +131,7 @@ class Pricing:
             leaves = pool.slo[tier].ttft_ms / 1000 - first_token.seconds
             if leaves <= 0 and settings.sheddable:
                 raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value)
+            leaves -= first_token.growth  # the wait's end foreseen later than now
         wait = max_wait(request.headers, settings, leaves)
         asked = Asked(request, snapshot, identity, parsed, substitute_allowed(request.headers))
         return Placement(asked, pool, settings, guarded, charge, wait, first_token=first_token)

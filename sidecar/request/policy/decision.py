@@ -54,6 +54,7 @@ class FirstTokenForecast:
 
     engine_queue: float  # behind what the engines already hold
     rest: float | None  # the way there and the prefill, as lately; None: not known yet
+    growth: float = 0.0  # how much later it is foreseen after a wait, as lately
 
     @property
     def seconds(self) -> float:

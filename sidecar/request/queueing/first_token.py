@@ -23,6 +23,12 @@ and caps the wait a stream is given. At admission after a wait, again, with the 
 beyond the queue foreseen at admission: a stream that waited its whole allowance into a
 queue longer than foreseen would now be late.
 
+The second forecast comes out later than the first when the engines' queue grew during
+the wait: the streams that waited their whole allowance are then answered after their
+wait. So a stream's wait is capped shorter by how much later the second forecasts came
+lately (`growth`, their 80th percentile): one whose turn is foreseen past that is
+answered at once instead.
+
 A stream whose first token is foreseen past its TTFT target is late whatever follows:
 pricing.py answers it at once, waiting.py when its turn comes
 (qos_first_token_forecast_error_seconds measures the forecast at pricing against what
@@ -68,5 +74,7 @@ class FirstTokenForecaster:
         if per_second is None and cost > 0:
             per_second = state.capacity(pool) / cost
         engine_queue = engine_queue_seconds(ahead, load.seats, per_second)
-        rest = self._queue.first_tokens.most_took(tier, pool.name, at_admission)
-        return FirstTokenForecast(engine_queue, rest)
+        times = self._queue.first_tokens
+        rest = times.most_took(tier, pool.name, at_admission)
+        growth = 0.0 if at_admission else times.growth(tier, pool.name)
+        return FirstTokenForecast(engine_queue, rest, growth)

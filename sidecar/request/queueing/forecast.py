@@ -27,6 +27,8 @@ FIRST_TOKEN_WINDOW_SECONDS = 30.0
 FIRST_TOKENS_KEPT = 64
 MIN_FIRST_TOKENS = 8
 MOST = 0.95
+GROWTHS_KEPT = 32
+GROWTH_QUANTILE = 0.8
 
 
 class ReleaseRate:
@@ -64,7 +66,9 @@ class FirstTokenTimes:
     the engine queue foreseen for them (first_token.py), per tier and pool: beyond the
     queue foreseen at their pricing (which includes how it grew while they waited) and
     beyond the queue foreseen at their admission. `most_took`: the 95th percentile of
-    either. Fewer than `min_samples` in the window: not known."""
+    either. Fewer than `min_samples` in the window: not known. And how much later their
+    first tokens were foreseen at admission than at pricing, of those that waited
+    (`growth`)."""
 
     def __init__(
         self,
@@ -78,6 +82,7 @@ class FirstTokenTimes:
         self._kept = kept
         self._min_samples = min_samples
         self._seen: dict[tuple[Tier, str], deque[tuple[float, float, float]]] = {}
+        self._growth: dict[tuple[Tier, str], deque[tuple[float, float]]] = {}
 
     def note(
         self, tier: Tier, pool: str, seconds: float, at_admission: float | None = None
@@ -99,6 +104,26 @@ class FirstTokenTimes:
             return None
         took = sorted(entry[2 if at_admission else 1] for entry in seen)
         return took[min(len(took) - 1, int(MOST * len(took)))]
+
+    def note_growth(self, tier: Tier, pool: str, seconds: float) -> None:
+        """A stream foreseen again at its admission after a wait: `seconds` later (or
+        earlier, below 0) than at its pricing."""
+        grown = self._growth.setdefault((tier, pool), deque(maxlen=GROWTHS_KEPT))
+        grown.append((self._clock(), seconds))
+
+    def growth(self, tier: Tier, pool: str) -> float:
+        """How much later than at pricing first tokens were foreseen after a wait lately:
+        the `GROWTH_QUANTILE` of the last `GROWTHS_KEPT` within the window, 0 if less."""
+        grown = self._growth.get((tier, pool))
+        if grown is None:
+            return 0.0
+        oldest = self._clock() - self._window
+        while grown and grown[0][0] < oldest:
+            grown.popleft()
+        if len(grown) < self._min_samples:
+            return 0.0
+        later = sorted(seconds for _, seconds in grown)
+        return max(0.0, later[int(GROWTH_QUANTILE * (len(later) - 1))])
 
 
 def releases_needed(scheduler: Scheduler, tier: Tier) -> float:

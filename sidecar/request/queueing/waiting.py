@@ -43,6 +43,7 @@ class FirstTokenDue:
     """When a stream's first token is due, to foresee it again when its turn comes."""
 
     target: float  # seconds from its arrival: its tier's TTFT target in its pool
+    foreseen: float  # seconds from admission to its first token, as foreseen at pricing
     cost: float  # in its pool's tokens: what it weighs in the forecast
     sheddable: bool  # foreseen late, it is answered (else admitted, late)
 
@@ -138,6 +139,7 @@ class Waiting:
         if due is None or self._first_tokens is None:
             return None
         forecast = self._first_tokens.foresee(wait.tier, wait.pool, due.cost, at_admission=True)
+        queue.first_tokens.note_growth(wait.tier, wait.pool.name, forecast.seconds - due.foreseen)
         if due.sheddable and waited + forecast.seconds > due.target:
             queue.cancel(slot)
             self._give_back(wait.reservation)
