@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import TypeVar
 
 from sidecar.config.base import Tier
 from sidecar.request.queueing.scheduler import PRIORITY, Scheduler
@@ -27,6 +28,7 @@ FIRST_TOKEN_WINDOW_SECONDS = 30.0
 FIRST_TOKENS_KEPT = 64
 MIN_FIRST_TOKENS = 8
 MOST = 0.95
+_Timed = TypeVar("_Timed", bound=tuple[float, ...])
 GROWTHS_KEPT = 32
 GROWTH_QUANTILE = 0.8
 
@@ -97,10 +99,7 @@ class FirstTokenTimes:
         seen = self._seen.get((tier, pool))
         if seen is None:
             return None
-        oldest = self._clock() - self._window
-        while seen and seen[0][0] < oldest:
-            seen.popleft()
-        if len(seen) < self._min_samples:
+        if len(_drop_older(seen, self._clock() - self._window)) < self._min_samples:
             return None
         took = sorted(entry[2 if at_admission else 1] for entry in seen)
         return took[min(len(took) - 1, int(MOST * len(took)))]
@@ -117,13 +116,17 @@ class FirstTokenTimes:
         grown = self._growth.get((tier, pool))
         if grown is None:
             return 0.0
-        oldest = self._clock() - self._window
-        while grown and grown[0][0] < oldest:
-            grown.popleft()
-        if len(grown) < self._min_samples:
+        if len(_drop_older(grown, self._clock() - self._window)) < self._min_samples:
             return 0.0
         later = sorted(seconds for _, seconds in grown)
         return max(0.0, later[int(GROWTH_QUANTILE * (len(later) - 1))])
+
+
+def _drop_older(entries: deque[_Timed], oldest: float) -> deque[_Timed]:
+    """`entries`, oldest first (each its time first), without those before `oldest`."""
+    while entries and entries[0][0] < oldest:
+        entries.popleft()
+    return entries
 
 
 def releases_needed(scheduler: Scheduler, tier: Tier) -> float:
