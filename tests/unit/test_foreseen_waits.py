@@ -4,17 +4,21 @@ wait out its time."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig, QueueConfig, TierConfig
 from sidecar.config.store import Snapshot
+from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.pricing import MAX_WAIT_HEADER, max_wait
 from sidecar.request.counting.estimate import estimate
-from sidecar.request.policy.decision import Admit, Respond
+from sidecar.request.policy.decision import Admit, FirstTokenForecast, Respond
+from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.request.queueing.forecast import (
     FirstTokenTimes,
     ReleaseRate,
@@ -249,3 +253,57 @@ def test_how_much_later_streams_were_foreseen_after_a_wait_caps_the_next_waits()
     assert times.growth(Tier.P2, "default") == 0.0  # foreseen sooner: no cap
     clock.now += 31
     assert times.growth(Tier.P1, "default") == 0.0  # all too old
+
+
+def test_after_a_silence_a_probe_goes_through_and_its_time_supersedes_slower_ones():
+    clock = Clock()
+    times = FirstTokenTimes(clock, window=30, kept=64, min_samples=8, probe_after=2)
+    for seconds in (0.5, 0.6, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0):
+        times.note(Tier.P1, "default", seconds)
+    assert times.most_took(Tier.P1, "default") == 4.0
+    assert not times.probe(Tier.P1, "default")  # a stream was timed just now
+    clock.now += 2.5
+    assert times.probe(Tier.P1, "default")
+    assert not times.probe(Tier.P1, "default")  # one each 2 s
+    clock.now += 2.5
+    assert times.probe(Tier.P1, "default")
+    times.note(Tier.P1, "default", 0.7)  # the probe, after a silence
+    assert times.most_took(Tier.P1, "default") is None  # 3 left: 0.5, 0.6 and itself
+    for _ in range(8):
+        times.note(Tier.P1, "default", 0.8)
+    assert times.most_took(Tier.P1, "default") == 0.8
+    clock.now += 2.5
+    times.note(Tier.P1, "default", 0.1)  # a silence but no probe: the slower ones stay
+    assert times.most_took(Tier.P1, "default") == 0.8
+
+
+@pytest.mark.asyncio
+async def test_streams_foreseen_late_by_what_streams_took_are_probed_now_and_then():
+    clock = Clock()
+    decider, admission = decider_with_clock(clock)
+    for _ in range(8):
+        admission.first_tokens.note(Tier.P1, "default", 3.5)  # later than the 3 s target
+    late = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(late, Respond) and late.reason == "shed_first_token_foreseen"
+    clock.now += 2.5  # none timed since
+    unwatched = await decider.decide(chat("k-cap", messages=SHORT, stream=True))
+    assert isinstance(unwatched, Respond)  # a probe that would not be timed: none
+    watched = dataclasses.replace(chat("k-cap", messages=SHORT, stream=True), response_watched=True)
+    probe = await decider.decide(watched)
+    assert isinstance(probe, Admit) and probe.record.time_first_byte
+    again = await decider.decide(watched)
+    assert isinstance(again, Respond) and again.reason == "shed_first_token_foreseen"
+    admission.release(probe.record.slot)
+
+
+def test_a_stream_late_behind_the_engines_queue_alone_is_not_probed():
+    clock = Clock()
+    admission = AdmissionQueue(QosConfig, clock=clock)
+    pool = Snapshot(1, QosConfig(), TENANTS).pools.get("default")
+    forecaster = FirstTokenForecaster(admission, shedding=lambda: SheddingState())
+    for _ in range(8):
+        admission.first_tokens.note(Tier.P1, "default", 3.5)
+    clock.now += 2.5
+    queued = FirstTokenForecast(engine_queue=3.0, rest=3.5)  # P1's target: 3 s
+    assert not forecaster.probe(Tier.P1, pool, queued)
+    assert forecaster.probe(Tier.P1, pool, FirstTokenForecast(engine_queue=0.5, rest=3.5))

@@ -12,7 +12,9 @@ by queueing/first_token.py), or when its client says so (X-QoS-Max-Wait-Ms: a wh
 number of milliseconds from its arrival). A client cannot ask for more than its tier
 allows; 0 asks to be served at once or not at all. A stream of a sheddable tier whose
 first token is foreseen past its target even if admitted at once is answered at once
-(shed_first_token_foreseen): it would be late whatever followed."""
+(shed_first_token_foreseen): it would be late whatever followed. But for a probe now and
+then, when none of its tier was timed for a while: the engine may be fast again
+(queueing/forecast.py)."""
 
 from __future__ import annotations
 
@@ -129,7 +131,11 @@ class Pricing:
         if self._first_tokens is not None and parsed.stream and snapshot.config.queue.foresee_waits:
             first_token = self._first_tokens.foresee(tier, pool, charge.asked)
             leaves = pool.slo[tier].ttft_ms / 1000 - first_token.seconds
-            if leaves <= 0 and settings.sheddable:
+            late = leaves <= 0 and settings.sheddable
+            # A probe is to be timed: one whose response is watched (sampled at its headers).
+            watched = request.response_watched
+            probed = late and watched and self._first_tokens.probe(tier, pool, first_token)
+            if late and not probed:
                 raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value)
             leaves -= first_token.growth  # the wait's end foreseen later than now
         wait = max_wait(request.headers, settings, leaves)

@@ -32,7 +32,9 @@ answered at once instead.
 A stream whose first token is foreseen past its TTFT target is late whatever follows:
 pricing.py answers it at once, waiting.py when its turn comes
 (qos_first_token_forecast_error_seconds measures the forecast at pricing against what
-came).
+came). Unless the engines' queue alone would not make it late and none of its tier was
+timed for a while: then pricing lets one through as a probe (`probe`), so slow times
+learnt while the engine was slow do not outlive the slowdown.
 """
 
 from __future__ import annotations
@@ -78,3 +80,11 @@ class FirstTokenForecaster:
         rest = times.most_took(tier, pool.name, at_admission)
         growth = 0.0 if at_admission else times.growth(tier, pool.name)
         return FirstTokenForecast(engine_queue, rest, growth)
+
+    def probe(self, tier: Tier, pool: Pool, forecast: FirstTokenForecast) -> bool:
+        """Whether a stream foreseen past its target is let through to be timed: when what
+        its tier's streams took lately makes it late, not the engines' queue as it stands,
+        and none was timed for a while (forecast.FirstTokenTimes.probe)."""
+        if forecast.engine_queue >= pool.slo[tier].ttft_ms / 1000:
+            return False
+        return self._queue.first_tokens.probe(tier, pool.name)

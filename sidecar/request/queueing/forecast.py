@@ -15,6 +15,7 @@ they make a wait longer than foreseen (qos_queue_wait_error_seconds measures by 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
@@ -31,6 +32,7 @@ MOST = 0.95
 _Timed = TypeVar("_Timed", bound=tuple[float, ...])
 GROWTHS_KEPT = 32
 GROWTH_QUANTILE = 0.8
+PROBE_AFTER_SECONDS = 2.0
 
 
 class ReleaseRate:
@@ -70,7 +72,13 @@ class FirstTokenTimes:
     beyond the queue foreseen at their admission. `most_took`: the 95th percentile of
     either. Fewer than `min_samples` in the window: not known. And how much later their
     first tokens were foreseen at admission than at pricing, of those that waited
-    (`growth`)."""
+    (`growth`).
+
+    Times that shed every stream of a tier as late learn nothing new: the engine may have
+    sped up long since. So after `probe_after` seconds without a stream timed, one is let
+    through as a probe (`probe`), one each `probe_after` seconds; and the first stream
+    timed after a probe went out supersedes the slower ones timed before it. (A silence
+    alone does not: a quiet spell at a low rate of samples says nothing of the engine.)"""
 
     def __init__(
         self,
@@ -78,13 +86,16 @@ class FirstTokenTimes:
         window: float = FIRST_TOKEN_WINDOW_SECONDS,
         kept: int = FIRST_TOKENS_KEPT,
         min_samples: int = MIN_FIRST_TOKENS,
+        probe_after: float = PROBE_AFTER_SECONDS,
     ) -> None:
         self._clock = clock
         self._window = window
         self._kept = kept
         self._min_samples = min_samples
+        self._probe_after = probe_after
         self._seen: dict[tuple[Tier, str], deque[tuple[float, float, float]]] = {}
         self._growth: dict[tuple[Tier, str], deque[tuple[float, float]]] = {}
+        self._probed: dict[tuple[Tier, str], float] = {}  # when a probe was last let through
 
     def note(
         self, tier: Tier, pool: str, seconds: float, at_admission: float | None = None
@@ -93,7 +104,24 @@ class FirstTokenTimes:
         foreseen at admission (None: the same, nothing was foreseen again)."""
         seen = self._seen.setdefault((tier, pool), deque(maxlen=self._kept))
         admitted = seconds if at_admission is None else at_admission
-        seen.append((self._clock(), seconds, admitted))
+        now = self._clock()
+        if seen and self._probed.get((tier, pool), -math.inf) > seen[-1][0]:
+            # The first timed since a probe went out: the engine as it is now.
+            faster = [entry for entry in seen if entry[1] <= seconds and entry[2] <= admitted]
+            seen.clear()
+            seen.extend(faster)
+        seen.append((now, seconds, admitted))
+
+    def probe(self, tier: Tier, pool: str) -> bool:
+        """Whether to let a stream foreseen late through, to be timed: True once each
+        `probe_after` seconds while no stream of `tier` in `pool` was timed."""
+        now = self._clock()
+        seen = self._seen.get((tier, pool))
+        last = max(seen[-1][0] if seen else -math.inf, self._probed.get((tier, pool), -math.inf))
+        if now - last <= self._probe_after:
+            return False
+        self._probed[(tier, pool)] = now
+        return True
 
     def most_took(self, tier: Tier, pool: str, at_admission: bool = False) -> float | None:
         seen = self._seen.get((tier, pool))
