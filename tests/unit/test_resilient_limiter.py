@@ -21,6 +21,7 @@ class Shared:
         self.failing = False
         self.slow = False
         self.calls = 0
+        self.remaining = 1.0  # what Redis says the first bucket holds after a take
 
     async def acquire(self, cost, buckets, load=None, otherwise=None):
         self.calls += 1
@@ -28,7 +29,7 @@ class Shared:
             await asyncio.sleep(1)
         if self.failing:
             raise redis.ConnectionError("refused")
-        return Verdict(True, remaining=1.0)
+        return Verdict(True, remaining=self.remaining)
 
 
 class Pinger:
@@ -56,11 +57,15 @@ async def test_a_failing_redis_sends_every_decision_local_until_it_answers_again
     shared, pinger = Shared(), Pinger()
     limiter = ResilientLimiter(shared, pinger, sidecars_alive=lambda: 2, probe_seconds=0.01)
     try:
-        assert (await limiter.acquire(1, [BUCKET])).remaining == 1.0  # shared
+        shared.remaining = 40.0
+        assert (await limiter.acquire(1, [BUCKET])).remaining == 40.0  # shared
         shared.failing = True
         local = await limiter.acquire(1, [BUCKET])
         assert limiter.degraded and local.allowed
-        assert local.remaining == pytest.approx(25 - 1)  # half of the burst: two sidecars
+        # Half of what Redis said was left (two sidecars), refilled at half the rate for
+        # the few milliseconds since.
+        assert local.remaining == pytest.approx(20 - 1, abs=1.0)
+        shared.remaining = 1.0
         calls = shared.calls
         for _ in range(20):
             await limiter.acquire(1, [BUCKET])
@@ -73,6 +78,21 @@ async def test_a_failing_redis_sends_every_decision_local_until_it_answers_again
         assert not limiter.degraded
         assert (await limiter.acquire(1, [BUCKET])).remaining == 1.0
         assert limiter.switches == 2
+    finally:
+        await limiter.stop()
+
+
+async def test_going_local_does_not_grant_again_a_burst_the_fleet_spent():
+    shared = Shared()
+    limiter = ResilientLimiter(shared, Pinger(), sidecars_alive=lambda: 2, probe_seconds=60)
+    try:
+        shared.remaining = 0.0  # the fleet took the whole burst
+        assert (await limiter.acquire(1, [BUCKET])).allowed
+        shared.failing = True
+        local = await limiter.acquire(10, [BUCKET])
+        assert limiter.degraded and not local.allowed
+        # Ten tokens at this sidecar's half of the rate (50 a second): about 0.2 s.
+        assert local.retry_after == pytest.approx(0.2, abs=0.05)
     finally:
         await limiter.stop()
 

@@ -6,6 +6,10 @@ its share of every bucket in memory — the bucket's rate and burst divided by t
 it last saw alive — and no request waits on Redis again until a background probe finds it
 back (every 100 ms); then the shared buckets take over (redis-py reloads the script on
 NOSCRIPT). Every switch is logged and counted.
+
+A sidecar going local starts each tier's bucket at its share of the level Redis last told
+it, not full: a burst the fleet already spent is not granted again at every switch (on a
+starved machine a late event loop alone can miss the deadline, many times a minute).
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ class LocalTokenBuckets:
 
     def reset(self) -> None:
         self._state.clear()
+
+    def seed(self, key: str, tokens: float, at: float) -> None:
+        """The bucket held `tokens` at `at` (a monotonic time)."""
+        self._state[key] = (tokens, at)
 
     def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         now = self._clock()
@@ -96,6 +104,9 @@ class ResilientLimiter:
         self._failures = 0  # shared calls failed in a row
         self._shared_since = float("-inf")  # when the probe last found Redis back
         self._probe: asyncio.Task[None] | None = None
+        # First bucket's key → (its level, when): what Redis said last, for the local
+        # buckets to start from.
+        self._shared_levels: dict[str, tuple[float, float]] = {}
 
     async def acquire(
         self,
@@ -111,11 +122,16 @@ class ResilientLimiter:
                 async with asyncio.timeout(self._timeout):
                     verdict = await self._shared.acquire(cost, buckets, load, otherwise)
                 self._failures = 0
+                if verdict.allowed or verdict.retry_after is not None:
+                    first = otherwise.buckets[0] if verdict.elsewhere and otherwise else buckets[0]
+                    self._shared_levels[first.key] = (verdict.remaining, time.monotonic())
                 return verdict
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # Decided here alone: the load is projected by this sidecar only (not recorded).
         shares = self._my_share(buckets)
+        if shares:
+            self._start_from_shared(shares[0])
         verdict = self._local.acquire(cost, shares)
         if verdict.refused is None:
             return verdict
@@ -125,11 +141,28 @@ class ResilientLimiter:
         if not self.degraded:
             try:
                 async with asyncio.timeout(self._timeout):
-                    return await self._shared.settle(delta, buckets)
+                    level = await self._shared.settle(delta, buckets)
+                if level is not None and buckets:
+                    self._shared_levels[buckets[0].key] = (level, time.monotonic())
+                return level
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # The cost was taken whole from this sidecar's share: settled whole there too.
-        return self._local.settle(delta, self._my_share(buckets))
+        shares = self._my_share(buckets)
+        if shares:
+            self._start_from_shared(shares[0])
+        return self._local.settle(delta, shares)
+
+    def _start_from_shared(self, share: BucketSpec) -> None:
+        """The first local call on a bucket since Redis last answered for it starts from
+        this sidecar's share of what Redis said it held (refilled since, at the share's
+        rate)."""
+        seen = self._shared_levels.pop(share.key, None)
+        if seen is not None:
+            level, at = seen
+            self._local.seed(
+                share.key, min(share.burst, level / max(1, self._sidecars_alive())), at
+            )
 
     def _failed(self, error: Exception) -> None:
         """This call is decided locally, and every call after it until the probe finds
