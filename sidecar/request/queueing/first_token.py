@@ -15,7 +15,7 @@ way to the engine and its prefill) as its tier's streams took it lately.
   configured) serves of requests costing what this one does: at a sale's first seconds
   the engines fill before any of their requests has ended.
 - rest: what the timed streams of its tier took beyond the engine queue foreseen for each
-  (forecast.FirstTokenTimes, their 95th percentile); not known before a few are timed.
+  (forecast.FirstTokenTimes, their 99th percentile); not known before a few are timed.
 
 Foreseen twice. At pricing, the rest is beyond the queue foreseen then: it holds how the
 engines' queue grew while streams waited for their turn (for their budget, or a slot),
@@ -26,7 +26,7 @@ queue longer than foreseen would now be late.
 The second forecast comes out later than the first when the engines' queue grew during
 the wait: the streams that waited their whole allowance are then answered after their
 wait. So a stream's wait is capped shorter by how much later the second forecasts came
-lately (`growth`, their 80th percentile): one whose turn is foreseen past that is
+lately (`growth`, their 90th percentile): one whose turn is foreseen past that is
 answered at once instead.
 
 A stream whose first token is foreseen past its TTFT target is late whatever follows:

@@ -28,10 +28,10 @@ MIN_RELEASES = 4
 FIRST_TOKEN_WINDOW_SECONDS = 30.0
 FIRST_TOKENS_KEPT = 64
 MIN_FIRST_TOKENS = 8
-MOST = 0.95
+MOST = 0.99
 _Timed = TypeVar("_Timed", bound=tuple[float, ...])
 GROWTHS_KEPT = 32
-GROWTH_QUANTILE = 0.8
+GROWTH_QUANTILE = 0.9
 PROBE_AFTER_SECONDS = 2.0
 
 
@@ -69,7 +69,7 @@ class FirstTokenTimes:
     """Seconds the streams timed lately took from admission to their first token beyond
     the engine queue foreseen for them (first_token.py), per tier and pool: beyond the
     queue foreseen at their pricing (which includes how it grew while they waited) and
-    beyond the queue foreseen at their admission. `most_took`: the 95th percentile of
+    beyond the queue foreseen at their admission. `most_took`: the 99th percentile of
     either. Fewer than `min_samples` in the window: not known. And how much later their
     first tokens were foreseen at admission than at pricing, of those that waited
     (`growth`).
