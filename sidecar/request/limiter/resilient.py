@@ -123,15 +123,13 @@ class ResilientLimiter:
                     verdict = await self._shared.acquire(cost, buckets, load, otherwise)
                 self._failures = 0
                 if verdict.allowed or verdict.retry_after is not None:
-                    first = otherwise.buckets[0] if verdict.elsewhere and otherwise else buckets[0]
-                    self._shared_levels[first.key] = (verdict.remaining, time.monotonic())
+                    taken_from = otherwise.buckets if verdict.elsewhere and otherwise else buckets
+                    self._remember(taken_from, verdict.remaining)
                 return verdict
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # Decided here alone: the load is projected by this sidecar only (not recorded).
-        shares = self._my_share(buckets)
-        if shares:
-            self._start_from_shared(shares[0])
+        shares = self._local_shares(buckets)
         verdict = self._local.acquire(cost, shares)
         if verdict.refused is None:
             return verdict
@@ -142,27 +140,32 @@ class ResilientLimiter:
             try:
                 async with asyncio.timeout(self._timeout):
                     level = await self._shared.settle(delta, buckets)
-                if level is not None and buckets:
-                    self._shared_levels[buckets[0].key] = (level, time.monotonic())
+                if level is not None:
+                    self._remember(buckets, level)
                 return level
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # The cost was taken whole from this sidecar's share: settled whole there too.
-        shares = self._my_share(buckets)
-        if shares:
-            self._start_from_shared(shares[0])
-        return self._local.settle(delta, shares)
+        return self._local.settle(delta, self._local_shares(buckets))
 
-    def _start_from_shared(self, share: BucketSpec) -> None:
-        """The first local call on a bucket since Redis last answered for it starts from
-        this sidecar's share of what Redis said it held (refilled since, at the share's
-        rate)."""
-        seen = self._shared_levels.pop(share.key, None)
+    def _remember(self, buckets: Sequence[BucketSpec], level: float) -> None:
+        """Redis says the first of `buckets` holds `level` now."""
+        if buckets:
+            self._shared_levels[buckets[0].key] = (level, time.monotonic())
+
+    def _local_shares(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
+        """This sidecar's shares of `buckets`; the first local call on the first since
+        Redis last answered for it starts from its share of what Redis said it held
+        (refilled since, at the share's rate)."""
+        shares = self._my_share(buckets)
+        seen = self._shared_levels.pop(shares[0].key, None) if shares else None
         if seen is not None:
             level, at = seen
+            first = shares[0]
             self._local.seed(
-                share.key, min(share.burst, level / max(1, self._sidecars_alive())), at
+                first.key, min(first.burst, level / max(1, self._sidecars_alive())), at
             )
+        return shares
 
     def _failed(self, error: Exception) -> None:
         """This call is decided locally, and every call after it until the probe finds
