@@ -2,7 +2,10 @@
 
 The harness of bench/gateway.py (Envoy with one worker in front of a canned upstream;
 `alone`, `noop` the do-nothing ext_proc, `bound` the least policy, `qos` qos-sidecar with
-its full policy, P1 with no watermark), with chat requests whose prompt is long:
+its full policy, P1 with no watermark), and `admit-all`: qos-sidecar with no decision
+(`--decider admit-all`), its gRPC server, access-log stream and background loops all
+running, so that `qos` less `admit-all` is what the decision itself costs. With chat
+requests whose prompt is long:
 
   doc32k   a retrieval request: a system prompt, a 32 000-token document (about 128 KB
            of text) and a question, as separate messages
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             configure(stack)
-            gateways = harness.start_gateways(stack, work, upstream_port, args.variants, "")
+            variants = {"admit-all": ["--decider", "admit-all"], **args.variants}
+            gateways = harness.start_gateways(stack, work, upstream_port, variants, "")
             for name, body in bodies().items():
                 raw = json.dumps(body).encode()
                 body_file = work / f"{name}.json"
