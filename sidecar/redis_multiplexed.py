@@ -53,12 +53,19 @@ class _Replies(asyncio.Protocol):
     def send(self, args: Sequence[Arg]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         reply = loop.create_future()
+        command = hiredis.pack_command(tuple(args))  # type: ignore[arg-type]
+        idle = not self._waiting and not self._unsent
         self._waiting.append((reply, loop.time() + self._timeout))
-        # The commands of one turn of the loop (decisions of many streams) go out in one
-        # write: a system call costs more than packing a command.
-        if not self._unsent:
-            loop.call_soon(self._flush)
-        self._unsent.append(hiredis.pack_command(tuple(args)))  # type: ignore[arg-type]
+        if idle and self._transport is not None and self.lost is None:
+            # Nothing in flight: out at once, not a turn of the loop later (a quiet
+            # sidecar's decision waits for no one).
+            self._transport.write(command)
+        else:
+            # Busy: the commands of one turn of the loop (decisions of many streams) go
+            # out in one write; a system call costs more than packing a command.
+            if not self._unsent:
+                loop.call_soon(self._flush)
+            self._unsent.append(command)
         if self._watch is None:
             self._watch = loop.call_at(self._waiting[0][1], self._check)
         return reply

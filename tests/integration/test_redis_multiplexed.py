@@ -32,6 +32,34 @@ async def test_commands_sent_at_once_get_their_own_replies(redis_url):
         await client.aclose()
 
 
+async def test_a_lone_command_goes_out_at_once_and_a_busy_turn_s_in_one_write(redis_url):
+    client = MultiplexedRedis(redis_url)
+    try:
+        assert await client.execute("PING") == b"PONG"  # connected
+        replies = client._replies
+        assert replies is not None
+        real, writes = replies._transport, []
+
+        class CountingTransport:
+            def write(self, data: bytes) -> None:
+                writes.append(data)
+                real.write(data)
+
+            def close(self) -> None:
+                real.close()
+
+        replies._transport = CountingTransport()  # type: ignore[assignment]
+        lone = replies.send(["SET", "n", 0])
+        assert len(writes) == 1  # written before the loop turned
+        assert await lone == b"OK"
+        writes.clear()
+        counted = await asyncio.gather(*(client.execute("INCR", "n") for _ in range(5)))
+        assert counted == [1, 2, 3, 4, 5]
+        assert len(writes) == 2  # the first at once, the four behind it in one write
+    finally:
+        await client.aclose()
+
+
 async def test_a_script_is_loaded_again_after_a_flush(redis_url, aredis):
     client = MultiplexedRedis(redis_url)
     script = client.script("return {KEYS[1], tonumber(ARGV[1]) * 2, ARGV[2]}")
