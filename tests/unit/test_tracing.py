@@ -36,7 +36,7 @@ def test_an_admission_continues_the_client_s_trace_and_is_the_engine_s_parent():
     view = RequestView("POST", "/v1/chat/completions", {"traceparent": PARENT}, b"{}")
     admit = Admit(record=Admission(tier="p0", tenant="pay", pool="default", route="chat", cost=5))
     with tracer.span(view) as span:
-        stages.mark("priced")
+        stages.staged("priced", None)
         decision = span.finish(admit, 0.002)
     (finished,) = exported.get_finished_spans()
     assert f"{finished.context.trace_id:032x}" == PARENT.split("-")[1]

@@ -17,15 +17,11 @@ Mark = tuple[str, int]  # the stage, and when it ended (ns since the epoch)
 _marks: ContextVar[list[Mark] | None] = ContextVar("qos_stage_marks", default=None)
 
 
-def mark(stage: str) -> None:
+def staged(stage: str, value: T) -> T:
+    """`value`, the stage's result, once the stage is marked as ended."""
     marks = _marks.get()
     if marks is not None:
         marks.append((stage, time.time_ns()))
-
-
-def staged(stage: str, value: T) -> T:
-    """`value`, the stage's result, once the stage is marked as ended."""
-    mark(stage)
     return value
 
 
