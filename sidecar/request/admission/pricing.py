@@ -18,7 +18,6 @@ then, when none of its tier was timed for a while: the engine may be fast again
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 
@@ -59,38 +58,23 @@ def read_body(request: RequestView, route: Route) -> ParsedRequest:
         raise Refusal(
             Reason.ROUTE_NOT_FOUND, f"This gateway serves no {request.method} {route.path}."
         )
-    with ClientInput(request):
+    try:
         return read(route, request.body or b"", request.headers)
+    except Exception as error:
+        raise unreadable(error, request.path) from None
 
 
-class ClientInput:
+def unreadable(error: Exception, path: str) -> Refusal:
     """What a client sent and the sidecar cannot read is refused, never admitted: its
-    reader's refusal, or any error reading it raised (counted, and logged as a bug). A
-    class, not a generator: entered twice on every request."""
-
-    def __init__(self, request: RequestView) -> None:
-        self._path = request.path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, _trace: object
-    ) -> None:
-        if error is None or isinstance(error, (Refusal, asyncio.CancelledError)):
-            return
-        if isinstance(error, InvalidRequest):
-            raise Refusal(Reason.INVALID_REQUEST, error.message, param=error.param) from None
-        if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: not ours
-            return
-        log.warning(
-            "reading a request failed; refused",
-            exc_info=(kind, error, error.__traceback__),  # type: ignore[arg-type]
-            extra={"path": self._path},
-        )
-        raise Refusal(
-            Reason.INVALID_REQUEST, "The request body could not be read as this API's."
-        ) from None
+    reader's refusal, or any error reading it raised (logged as a bug). Caught where it
+    is read rather than by a context manager: no call at all on every request that reads
+    well. (Cancellation and interrupts are no Exception: they pass.)"""
+    if isinstance(error, Refusal):
+        return error
+    if isinstance(error, InvalidRequest):
+        return Refusal(Reason.INVALID_REQUEST, error.message, param=error.param)
+    log.warning("reading a request failed; refused", exc_info=error, extra={"path": path})
+    return Refusal(Reason.INVALID_REQUEST, "The request body could not be read as this API's.")
 
 
 def pool_for(snapshot: Snapshot, model: str | None) -> Pool:
@@ -122,11 +106,13 @@ class Pricing:
         pool: Pool,
     ) -> Placement:
         tier, settings = identity.tier, pool.tiers[identity.tier]
-        with ClientInput(request):
+        try:
             counted = self._count(parsed, pool.template.unrendered)
             tokens = prompt_tokens(parsed.prompt, counted, snapshot.config.media)
             guarded = apply_guards(parsed, settings, tier.value, tokens)
             charge = price(settings, tokens, parsed.output)
+        except Exception as error:
+            raise unreadable(error, request.path) from None
         leaves = first_token = None
         if self._first_tokens is not None and parsed.stream and snapshot.config.queue.foresee_waits:
             first_token = self._first_tokens.foresee(tier, pool, charge.asked)

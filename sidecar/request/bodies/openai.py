@@ -33,7 +33,7 @@ _CHAT_OUTPUT = (("max_completion_tokens",), ("max_tokens",))
 def read_chat(body: dict[str, Any]) -> ParsedRequest:
     _check(body, chat=True)
     collected = Collected()
-    messages = bounded_list(body.get("messages"), "messages")
+    messages = body["messages"]  # a non-empty list (_check); bounded by _conversation
     _conversation(collected, messages, "messages")
     _template_inputs(collected, body)
     overhead = TOKENS_PER_MESSAGE * len(messages)
@@ -78,6 +78,8 @@ def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
 def _answers(body: dict[str, Any], prompts: int = 1) -> int:
     """The answers the engine generates: `n` of each prompt, or `best_of` when larger
     (it generates them all and returns the best `n`)."""
+    if body.get("n") is None and body.get("best_of") is None:  # the usual request
+        return prompts
     return max(positive_int(body, "n") or 1, positive_int(body, "best_of") or 1) * prompts
 
 
@@ -93,14 +95,23 @@ _MESSAGE_TEXTS = {
 def _conversation(collected: Collected, messages: list[Any], where: str) -> None:
     """Every field of each message a chat template renders: its content, its name, its
     reasoning, the tool calls it made (their names and arguments)."""
+    template_texts = collected.template_texts
     for index, message in enumerate(bounded_list(messages, where)):
         if not isinstance(message, dict):
             continue
-        collected.content(message.get("content"), f"{where}[{index}].content")
+        content = message.get("content")
+        if isinstance(content, str):  # the usual message: no call to take it
+            collected.texts.append(content)
+        else:
+            collected.content(content, f"{where}[{index}].content")
         for key, field in _MESSAGE_TEXTS.items():
-            collected.template_text(field, message.get(key))
+            text = message.get(key)
+            if isinstance(text, str):
+                template_texts.append((field, text))
         calls = message.get("tool_calls")
         legacy = message.get("function_call")
+        if calls is None and legacy is None:
+            continue
         for call in [*bounded_list(calls, f"{where}[{index}].tool_calls"), legacy]:
             function = call.get("function", call) if isinstance(call, dict) else None
             if isinstance(function, dict):
@@ -132,7 +143,7 @@ def _parsed(
     fields = _CHAT_OUTPUT if chat else (("max_tokens",),)
     requested = None
     for (name,) in fields:
-        requested = positive_int(body, name)
+        requested = body.get(name)  # an integer of at least 1 (_check)
         if requested is not None:
             break
     stream = body.get("stream") is True
@@ -162,11 +173,20 @@ def _parsed(
     )
 
 
+# Fields of both APIs, and the type each must have when given.
+_TYPED = (
+    ("model", str, "a string"),
+    ("stream", bool, "a boolean"),
+    ("stream_options", dict, "an object"),
+    ("tools", list, "an array"),
+)
+
+
 def _check(body: dict[str, Any], chat: bool) -> None:
-    _optional(body, "model", str, "a string")
-    _optional(body, "stream", bool, "a boolean")
-    _optional(body, "stream_options", dict, "an object")
-    _optional(body, "tools", list, "an array")
+    for key, kind, described in _TYPED:
+        value = body.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise InvalidRequest(f"'{key}' must be {described}.", key)
     for key in ("max_tokens", "max_completion_tokens"):
         value = body.get(key)
         if value is not None and (not _is_int(value) or value < 1):
@@ -179,12 +199,6 @@ def _check(body: dict[str, Any], chat: bool) -> None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional(body: dict[str, Any], key: str, kind: type, described: str) -> None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, kind):
-        raise InvalidRequest(f"'{key}' must be {described}.", key)
 
 
 def _check_messages(messages: Any, name: str = "messages") -> None:

@@ -44,7 +44,7 @@ class OverLimitCache:
         otherwise: Alternative | None = None,
     ) -> Verdict:
         now = self._clock()
-        for bucket in buckets:
+        for bucket in buckets if self._bounds else ():  # none known: nothing to look up
             if cost > bucket.burst:  # beyond the burst: Redis says never
                 continue
             for key, over_share in _keys(bucket):

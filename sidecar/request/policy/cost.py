@@ -33,18 +33,20 @@ class Charge:
     # and owes the rest of its real cost when it is settled.
     ceiling: float | None = None
 
+    # The arithmetic of cost() written out in the properties: a decision reads them
+    # several times, and each call is a third of a property's cost.
     @property
     def asked(self) -> float:
         """Its prompt and the output it asked for, whole."""
-        return self.cost(self.prompt_tokens, self.expected_output)
+        return self.prompt_tokens * self.weight + self.expected_output * self.output_weight
 
     @property
     def prompt_cost(self) -> float:
-        return self.cost(self.prompt_tokens, 0)
+        return self.prompt_tokens * self.weight
 
     @property
     def reserved(self) -> float:
-        asked = self.asked
+        asked = self.prompt_tokens * self.weight + self.expected_output * self.output_weight
         return asked if self.ceiling is None else min(asked, self.ceiling)
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> float:

@@ -144,8 +144,8 @@ class AdmissionQueue:
     ) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
         pool = self._pool(pool)
-        scheduler = self._scheduler(pool.name)
-        if self.free_slots(pool) > 0 and not scheduler.waiting_at_or_above(tier):
+        free = pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
+        if free > 0 and not self._scheduler(pool.name).waiting_at_or_above(tier):
             return self.slots.take(tier, tenant, stream, pool.name, reservation)
         return None
 

@@ -27,6 +27,8 @@ from sidecar.config.schema import QueueConfig
 from sidecar.request.policy.cost import Reservation
 
 PRIORITY = (Tier.P0, Tier.P1, Tier.P2)
+# Each tier and those that go before it.
+_AT_OR_ABOVE = {tier: PRIORITY[: PRIORITY.index(tier) + 1] for tier in PRIORITY}
 _EPSILON = 1e-9  # ten releases' worth of 0.1 sum to just under 1
 
 
@@ -49,11 +51,11 @@ class TierQueue:
 
     def __init__(self) -> None:
         self._tenants: OrderedDict[str, deque[Waiter]] = OrderedDict()
-        self._size = 0
+        self.size = 0  # waiters, read on every admission (scheduler.waiting_at_or_above)
         self._hurried = 0
 
     def __len__(self) -> int:
-        return self._size
+        return self.size
 
     def __iter__(self) -> Iterator[Waiter]:
         for waiters in self._tenants.values():
@@ -61,7 +63,7 @@ class TierQueue:
 
     def add(self, waiter: Waiter) -> None:
         self._tenants.setdefault(waiter.tenant, deque()).append(waiter)
-        self._size += 1
+        self.size += 1
         self._hurried += waiter.hurried
 
     def head(self) -> Waiter | None:
@@ -83,7 +85,7 @@ class TierQueue:
             return False
         was_first = waiters[0] is waiter
         waiters.remove(waiter)
-        self._size -= 1
+        self.size -= 1
         self._hurried -= waiter.hurried
         if not waiters:
             del self._tenants[waiter.tenant]
@@ -112,8 +114,13 @@ class Scheduler:
             yield from queue
 
     def waiting_at_or_above(self, tier: Tier) -> bool:
-        """Whether anyone of this tier or a higher one is waiting (a newcomer queues too)."""
-        return any(self._queues[t] for t in PRIORITY[: PRIORITY.index(tier) + 1])
+        """Whether anyone of this tier or a higher one is waiting (a newcomer queues too).
+        Asked on every admission: a loop over the sizes, no generator, no len() calls."""
+        queues = self._queues
+        for above in _AT_OR_ABOVE[tier]:  # noqa: SIM110 (any() over a generator: a call)
+            if queues[above].size:
+                return True
+        return False
 
     def add(self, waiter: Waiter) -> None:
         self._arrivals += 1

@@ -37,6 +37,7 @@ class SlotTable:
         self._numbers = itertools.count(1)
         self._slots: dict[str, Slot] = {}
         self._held: Counter[tuple[str, Tier]] = Counter()  # by pool and tier
+        self._in_pool: Counter[str] = Counter()  # by pool: read on every admission
         self.released = 0
 
     def __len__(self) -> int:
@@ -46,13 +47,10 @@ class SlotTable:
         return Counter(slot.tier for slot in self._slots.values())
 
     def by_pool(self) -> Counter[str]:
-        pools: Counter[str] = Counter()
-        for (pool, _), count in self._held.items():
-            pools[pool] += count
-        return pools
+        return self._in_pool.copy()
 
     def in_pool(self, pool: str) -> int:
-        return sum(self.held(pool, tier) for tier in Tier)
+        return self._in_pool[pool]
 
     def by_pool_and_tier(self) -> Counter[tuple[str, Tier]]:
         return +self._held  # without the zeros
@@ -72,6 +70,7 @@ class SlotTable:
         slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool, reservation)
         self._slots[slot.id] = slot
         self._held[slot.pool, slot.tier] += 1
+        self._in_pool[slot.pool] += 1
         return slot
 
     def release(self, slot_id: str) -> Slot | None:
@@ -80,6 +79,7 @@ class SlotTable:
         if slot is not None:
             self.released += 1
             self._held[slot.pool, slot.tier] -= 1
+            self._in_pool[slot.pool] -= 1
         return slot
 
     def reclaim(self, older_than: float) -> list[Slot]:
@@ -89,4 +89,5 @@ class SlotTable:
         for slot in stale:
             del self._slots[slot.id]
             self._held[slot.pool, slot.tier] -= 1
+            self._in_pool[slot.pool] -= 1
         return stale
