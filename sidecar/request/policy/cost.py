@@ -33,8 +33,8 @@ class Charge:
     # and owes the rest of its real cost when it is settled.
     ceiling: float | None = None
 
-    # The arithmetic of cost() written out in the properties: a decision reads them
-    # several times, and each call is a third of a property's cost.
+    # cost()'s arithmetic written out rather than called: a decision reads these
+    # several times, and a call costs more than the sum.
     @property
     def asked(self) -> float:
         """Its prompt and the output it asked for, whole."""

@@ -143,7 +143,7 @@ class AdmissionQueue:
         reservation: Reservation | None = None,
     ) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
-        pool = self._pool(pool)
+        pool = self._pool(pool)  # resolved once: free_slots() would resolve it again
         free = pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
         if free > 0 and not self._scheduler(pool.name).waiting_at_or_above(tier):
             return self.slots.take(tier, tenant, stream, pool.name, reservation)
