@@ -4,12 +4,19 @@ the same traffic goes through each, and the table, JSON and plot come out."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 pytestmark = pytest.mark.integration
+
+
+def _logs_under(tmp_path):
+    """The bench keeps its logs in a directory of its own under TMPDIR for the user to
+    read; under the test's directory, they go with it."""
+    return {**os.environ, "TMPDIR": str(tmp_path)}
 
 
 @pytest.mark.timeout(180)
@@ -23,6 +30,7 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
             "--json", str(figures), "--plot", str(picture),
         ],
         capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+        env=_logs_under(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| QoS | P0 |" in result.stdout and "| no QoS | P2 |" in result.stdout
@@ -63,6 +71,7 @@ def test_a_short_flash_sale_with_two_pools_overloads_only_the_first(tmp_path):
             "--runs", "qos", "--json", str(figures),
         ],
         capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
+        env=_logs_under(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| QoS, pool-a | P0 |" in result.stdout and "| QoS, pool-b | P2 |" in result.stdout
