@@ -95,19 +95,11 @@ _MESSAGE_TEXTS = {
 def _conversation(collected: Collected, messages: list[Any], where: str) -> None:
     """Every field of each message a chat template renders: its content, its name, its
     reasoning, the tool calls it made (their names and arguments)."""
-    template_texts = collected.template_texts
     for index, message in enumerate(bounded_list(messages, where)):
         if not isinstance(message, dict):
             continue
-        content = message.get("content")
-        if isinstance(content, str):  # the usual message: no call to take it
-            collected.texts.append(content)
-        else:
-            collected.content(content, f"{where}[{index}].content")
-        for key, field in _MESSAGE_TEXTS.items():
-            text = message.get(key)
-            if isinstance(text, str):
-                template_texts.append((field, text))
+        collected.content(message.get("content"), f"{where}[{index}].content")
+        collected.template_fields(message, _MESSAGE_TEXTS)
         calls = message.get("tool_calls")
         legacy = message.get("function_call")
         if calls is None and legacy is None:

@@ -10,6 +10,7 @@ content may be a plain string.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sidecar.config.template import TemplateField
@@ -44,6 +45,14 @@ class Collected:
     def template_text(self, field: TemplateField, value: Any) -> None:
         if isinstance(value, str):
             self.template_texts.append((field, value))
+
+    def template_fields(self, source: dict[str, Any], fields: Mapping[str, TemplateField]) -> None:
+        """The string values of these keys of `source`, each its field's text (one call
+        for a message's several fields)."""
+        for key, field in fields.items():
+            value = source.get(key)
+            if isinstance(value, str):
+                self.template_texts.append((field, value))
 
     def content(self, content: Any, where: str) -> None:
         """A message's content: a string, or a list of parts."""

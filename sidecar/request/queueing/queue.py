@@ -129,7 +129,9 @@ class AdmissionQueue:
         return self._release_rate(pool).per_second()
 
     def free_slots(self, pool: Pool | None = None) -> int:
-        pool = self._pool(pool)
+        return self._free_in(self._pool(pool))
+
+    def _free_in(self, pool: Pool) -> int:
         return pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
 
     # -- taking and giving back slots -------------------------------------------------------
@@ -144,8 +146,7 @@ class AdmissionQueue:
     ) -> Slot | None:
         """A slot now, if one is free and nobody who goes first is waiting."""
         pool = self._pool(pool)  # resolved once: free_slots() would resolve it again
-        free = pool.fleet.max_concurrency - self.cluster_in_flight_in(pool.name)
-        if free > 0 and not self._scheduler(pool.name).waiting_at_or_above(tier):
+        if self._free_in(pool) > 0 and not self._scheduler(pool.name).waiting_at_or_above(tier):
             return self.slots.take(tier, tenant, stream, pool.name, reservation)
         return None
 
