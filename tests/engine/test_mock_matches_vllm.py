@@ -290,8 +290,8 @@ async def first_token_at(url: str, body: dict, sent: float) -> tuple[float, floa
 
 async def backlog_timings(server: Engine, answer_tokens: int) -> dict[str, float]:
     """Seats + (seats - 1) equal streams, then a better and an equal newcomer, all as
-    long: when each newcomer's first token came and when each batch ended, in units of
-    the first batch's time (the engine's own service interval)."""
+    long: how together each batch ended and where each newcomer's first token came, in
+    units of the first batch's time (the engine's own service interval)."""
     seats = server.settings.max_num_seqs
     loop = asyncio.get_running_loop()
 
@@ -317,12 +317,13 @@ async def backlog_timings(server: Engine, answer_tokens: int) -> dict[str, float
         await equal,
     )
     assert better_tokens == equal_tokens == answer_tokens
-    interval = ends[seats - 1]  # the first batch, started together, ends together
+    first_end, second_end = ends[seats - 1], ends[-1]  # each batch ends together
     return {
-        "first batch ends": ends[0] / interval,
-        "second batch ends": ends[-1] / interval,
-        "better's first token": better_first / interval,
-        "equal's first token": equal_first / interval,
+        "first batch's spread": (first_end - ends[0]) / first_end,
+        "second batch's spread": (second_end - ends[seats]) / first_end,
+        "second batch's length": (second_end - first_end) / first_end,
+        "better's first token after the first batch": (better_first - first_end) / first_end,
+        "equal's first token after the second batch": (equal_first - second_end) / first_end,
     }
 
 
@@ -336,11 +337,14 @@ async def test_under_a_backlog_both_serve_in_batches_of_their_seats_and_by_prior
     mocked = await backlog_timings(mock, 100)
     for timings in (real, mocked):
         # Seats free a batch at a time: what the sidecar's release rate sees.
-        assert timings["first batch ends"] > 0.9
-        assert 1.7 < timings["second batch ends"] < 2.3
+        assert timings["first batch's spread"] < 0.1
+        assert timings["second batch's spread"] < 0.1
+        # As long as the first, give or take a busy machine's slower decode.
+        assert 0.7 < timings["second batch's length"] < 1.6
         # The better newcomer takes the first seat that frees, ahead of those queued;
         # the equal one waits behind them for the second batch's seats.
-        assert 0.8 < timings["better's first token"] < 1.3
-        assert 1.7 < timings["equal's first token"] < 2.3
+        assert -0.2 < timings["better's first token after the first batch"] < 0.3
+        assert -0.1 < timings["equal's first token after the second batch"] < 0.3
     for what, seen in real.items():
-        assert mocked[what] == pytest.approx(seen, abs=0.25), what
+        if what != "second batch's length":  # load stretches vLLM's decode, not the mock's
+            assert mocked[what] == pytest.approx(seen, abs=0.25), what
