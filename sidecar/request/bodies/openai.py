@@ -119,7 +119,7 @@ def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
     collected.json(body.get("tools"))
     documents = body.get("documents")
     if documents:
-        collected.template_text(TemplateField.DOCUMENTS, json.dumps(documents))
+        collected.template_texts.append((TemplateField.DOCUMENTS, json.dumps(documents)))
     collected.strings(TemplateField.CHAT_TEMPLATE_KWARGS, body.get("chat_template_kwargs"))
 
 

@@ -42,10 +42,6 @@ class Collected:
         # Texts of fields not every chat template renders (config/template.py).
         self.template_texts: list[tuple[TemplateField, str]] = []
 
-    def template_text(self, field: TemplateField, value: Any) -> None:
-        if isinstance(value, str):
-            self.template_texts.append((field, value))
-
     def template_fields(self, source: dict[str, Any], fields: Mapping[str, TemplateField]) -> None:
         """The string values of these keys of `source`, each its field's text (one call
         for a message's several fields)."""
