@@ -54,6 +54,7 @@ from sidecar.request.completion.exchange_ends import ExchangeEnds
 from sidecar.request.extproc import tracing
 from sidecar.request.extproc.decision_log import DecisionLog
 from sidecar.request.extproc.servicer import ExternalProcessor
+from sidecar.request.limiter.headroom import Headroom
 from sidecar.request.limiter.overlimit import OverLimitCache
 from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.request.limiter.resilient import DegradedCollector, ResilientLimiter
@@ -174,8 +175,20 @@ class SidecarServer:
             lambda: self.queue.sidecars_alive,
             timeout=settings.redis_timeout_ms / 1000,
         )
-        self.overlimit = OverLimitCache(self.limiter) if settings.over_limit_cache else None
-        self.metrics.registry.register(DegradedCollector(self.limiter, self.overlimit))
+        self.headroom = (
+            Headroom(
+                self.limiter,
+                lambda: self.queue.sidecars_alive,
+                settings.charge_behind_ms / 1000,
+            )
+            if settings.charge_behind_ms > 0
+            else None
+        )
+        budgets = self.headroom or self.limiter
+        self.overlimit = OverLimitCache(budgets) if settings.over_limit_cache else None
+        self.metrics.registry.register(
+            DegradedCollector(self.limiter, self.overlimit, self.headroom)
+        )
         samples = SampleStore(self.redis)
         self.samples = SampleRecorder(samples, lambda: self.watcher.current.config)
         self.controller = SloController(
@@ -210,13 +223,13 @@ class SidecarServer:
         self.metrics.registry.register(FairnessCollector(self.fairness, self.watcher.snapshot))
         # Budget given back: by admission (a request shed after it took its budget) and
         # by the exchange ends (what an answer did not use, or owes).
-        self.refunds = Refunds(self.overlimit or self.limiter)
+        self.refunds = Refunds(self.overlimit or budgets)
         self.metrics.registry.register(BucketLevelCollector(self.refunds.levels))
         self.decider = build_decider(
             settings,
             self.redis,
             self.watcher,
-            self.overlimit or self.limiter,
+            self.overlimit or budgets,
             self.refunds,
             self.monitor,
             self.queue,
@@ -241,6 +254,7 @@ class SidecarServer:
             self.monitor,
             self.queue,
             self.limiter,
+            *([self.headroom] if self.headroom is not None else []),
             self.samples,
             self.controller,
             self.fairness,

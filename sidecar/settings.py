@@ -67,6 +67,13 @@ class SidecarSettings:
         "QOS_OVER_LIMIT_CACHE",
         "refuse locally, without Redis, what a bucket that just refused must refuse again",
     )
+    charge_behind_ms: float = setting(
+        20.0,
+        "QOS_CHARGE_BEHIND_MS",
+        "while a tier's bucket is known to hold more than its reserve (half its burst), "
+        "admit without asking Redis and charge the bucket behind, summed, within this "
+        "many ms (0: every decision asks Redis)",
+    )
     shared_budget_connection: bool = setting(
         True,
         "QOS_SHARED_BUDGET_CONNECTION",

@@ -172,3 +172,20 @@ async def test_a_pool_whose_pods_do_not_report_projects_nothing_until_one_does(c
     await monitor.refresh()
     admit(monitor, recorded_ms=1)
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
+
+
+@pytest.mark.asyncio
+async def test_an_admission_charged_behind_counts_once_its_record_is_read(clock):
+    records = Records()
+    monitor = await monitor_at(0.20, records, clock)
+    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
+    assert held is not None
+    held.confirm(0)  # admitted from headroom: its charge, and record, come behind
+    clock.now += 0.3  # older than the pod's report: it would be forgotten unrecorded...
+    held.recorded(1500)  # ...but its charge recorded it, so it counts until read
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
+    records.entries = {"default": [Recent(0.0, 2, 1)]}
+    records.read_ms = 1501
+    await monitor.refresh()  # read back with the records: counted once, from there
+    assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2

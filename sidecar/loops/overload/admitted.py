@@ -83,6 +83,11 @@ class ProjectedAdmission:
         if not self.cancelled:
             self.confirmed_at, self.recorded_ms = self._clock(), recorded_ms
 
+    def recorded(self, recorded_ms: int) -> None:
+        """Admitted before its budget call recorded it, at `recorded_ms`."""
+        if self.confirmed_at is not None:
+            self.recorded_ms = recorded_ms
+
     def cancel(self) -> None:
         """Not admitted after all: it adds nothing."""
         if not self.cancelled and self.confirmed_at is None:

@@ -154,7 +154,7 @@ class Budget:
         self._levels[place.pool.name, place.tier] = verdict.remaining
         if verdict.retry_after is not None and _short_of_tier_budget(verdict):
             if not place.settings.sheddable:
-                _confirm(projected, verdict.recorded_ms)
+                _confirm(projected, verdict)
                 return Budgeted(place, Admitted.OVER_BUDGET, _wait(place))
             if self._lines is not None and verdict.retry_after <= place.max_wait:
                 return self._in_line(place, buckets, verdict, verdict.retry_after)
@@ -170,7 +170,7 @@ class Budget:
         projected: ProjectedAdmission | None,
     ) -> Budgeted:
         self._levels[place.pool.name, place.tier] = verdict.remaining
-        _confirm(projected, verdict.recorded_ms)
+        _confirm(projected, verdict)
         reserved = place.reserved(buckets)
         moved_for = Reason.SHED_TIER_BUDGET if verdict.elsewhere else None
         return Budgeted(reserved, Admitted.ADMITTED, _wait(reserved), moved_for)
@@ -212,7 +212,7 @@ class Budget:
                 place.charge.reserved, buckets, _load_of(projected)
             )
             if answer.allowed:
-                _confirm(projected, answer.recorded_ms)
+                _confirm(projected, answer)
             return answer
         finally:
             if projected is not None:
@@ -274,9 +274,11 @@ def _first_token_due(place: Placement) -> FirstTokenDue | None:
     return FirstTokenDue(target, foreseen, place.charge.asked, place.settings.sheddable)
 
 
-def _confirm(projected: ProjectedAdmission | None, recorded_ms: int) -> None:
+def _confirm(projected: ProjectedAdmission | None, verdict: Verdict) -> None:
     if projected is not None:
-        projected.confirm(recorded_ms)
+        projected.confirm(verdict.recorded_ms)
+        if verdict.recorded_later is not None:  # charged behind: recorded then
+            verdict.recorded_later.then(projected.recorded)
 
 
 def _short_of_tier_budget(verdict: Verdict) -> bool:

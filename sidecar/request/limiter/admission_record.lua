@@ -1,5 +1,6 @@
--- A pool's recent admissions, recorded by the call that charges them in the tier's
--- bucket of that pool (KEYS[1]), for every sidecar's projection of the pool's load
+-- A pool's recent admissions, recorded by the call that charges them (one, or the
+-- `requests` a sidecar charges behind them at once) in the tier's bucket of that pool
+-- (KEYS[1]), for every sidecar's projection of the pool's load
 -- (overload/admitted.py; read back by overload/read_admitted.lua). Per slot of `slot`
 -- ms, field "r|<slot>" = blocks * 2^20 + requests, so one number counts both. '#r' is
 -- the last slot written: when a slot starts, the slots that ended more than `keep` ago
@@ -18,7 +19,7 @@ end
 -- The fields to store with the bucket (the old slots dropped first); `read`: the values
 -- of record_fields_read's fields.
 local function record_fields(key, record, read)
-  local added = record.blocks * RECORD_PACKED + 1
+  local added = record.blocks * RECORD_PACKED + (record.requests or 1)
   local fields = {record.field, string.format('%d', tonumber(read[1] or '0') + added)}
   if not read[1] then  -- the slot starts here
     local last = tonumber(read[2] or '')

@@ -6,6 +6,7 @@
 -- then optional groups, each named by its first argument, each with the next KEYS:
 --   'record', KV blocks, pool, slot (ms), keep (ms), record even if refused (1|0)
 --        no KEYS: recorded in KEYS[1], the tier's bucket in the admission's pool
+--   'count', admissions: how many the record counts (1 when not given), `blocks` their sum
 --   'fair', tenant, weight, window (ms), active (ms), reserve (tokens)
 --        KEYS: the tier's fair-share state (hash), its active tenants (sorted set)
 --   'else', beyond (ms), then a whole second set of arguments as above (its own tokens,
@@ -31,6 +32,9 @@ local function arguments(key_at, arg_at)
                        slot = tonumber(ARGV[at + 3]), keep = tonumber(ARGV[at + 4]),
                        even_refused = ARGV[at + 5] == '1'}
       at = at + 6
+    elseif ARGV[at] == 'count' then
+      groups.count = tonumber(ARGV[at + 1])
+      at = at + 2
     elseif ARGV[at] == 'fair' then
       groups.fair = {state = KEYS[next_key], active = KEYS[next_key + 1],
                      tenant = ARGV[at + 1], weight = tonumber(ARGV[at + 2]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +53,29 @@ class BucketSpec:
         return self.burst if self.debt is None else max(self.burst, self.debt)
 
 
+class LaterRecord:
+    """When admissions charged behind them (limiter/headroom.py) are recorded with the
+    shared buckets: Redis's time (ms), once their charge is made; 0 until then, or
+    for good when it recorded nothing."""
+
+    def __init__(self) -> None:
+        self.recorded_ms = 0
+        self._waiting: list[Callable[[int], None]] = []
+
+    def then(self, callback: Callable[[int], None]) -> None:
+        """`callback(recorded_ms)` once recorded (at once when it is)."""
+        if self.recorded_ms:
+            callback(self.recorded_ms)
+        else:
+            self._waiting.append(callback)
+
+    def made(self, recorded_ms: int) -> None:
+        waiting, self._waiting = self._waiting, []
+        self.recorded_ms = recorded_ms
+        for callback in waiting if recorded_ms else ():
+            callback(recorded_ms)
+
+
 @dataclass(frozen=True)
 class Verdict:
     allowed: bool
@@ -65,6 +88,8 @@ class Verdict:
     # When the admission's load was recorded with the shared buckets (Redis time, ms);
     # 0: not recorded.
     recorded_ms: int = 0
+    # Admitted without a call, charged behind: when its record is made.
+    recorded_later: LaterRecord | None = None
     # With an alternative: True, taken from its buckets instead (the rest of the verdict
     # is theirs); False, refused by them too. None: not tried (the limiter could not, or
     # the first buckets' answer did not call for it).
@@ -101,4 +126,22 @@ class Limiter(Protocol):
         """Give `delta` back to every bucket (negative: take it, into debt down to minus
         its max_debt): a finished request's real cost against what it reserved. Returns
         the first bucket's level after it (None when not known)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Charged:
+    """What a charge sent behind its admissions found."""
+
+    level: float  # the bucket's tokens after it
+    recorded_ms: int  # when it recorded the admissions (Redis time, ms; 0: not recorded)
+
+
+class ChargingLimiter(Limiter, Protocol):
+    async def charge(
+        self, tokens: float, bucket: BucketSpec, load: AdmittedLoad | None, admissions: int
+    ) -> Charged:
+        """Take `tokens` from `bucket` whether it holds them or not (into debt down to
+        its max_debt): `admissions` already admitted, with `load` their summed load to
+        record (if it can); counted in the tenant's fair share as admitted."""
         ...

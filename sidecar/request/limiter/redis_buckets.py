@@ -10,7 +10,13 @@ import redis.asyncio as redis
 from sidecar.budget_layout import RECORD_EXPIRE_MS, SLOT_MS, AdmittedLoad, tier_bucket_key
 from sidecar.config.base import Tier
 from sidecar.redis_multiplexed import MultiplexedRedis
-from sidecar.request.limiter.buckets import Alternative, BucketSpec, FairShare, Verdict
+from sidecar.request.limiter.buckets import (
+    Alternative,
+    BucketSpec,
+    Charged,
+    FairShare,
+    Verdict,
+)
 
 _LUA = resources.files("sidecar.request.limiter")
 
@@ -30,6 +36,14 @@ SCRIPT = _joined(
     "token_bucket.lua",
 )
 SETTLE = _joined("bucket_level.lua", "arguments.lua", "fair_entry.lua", "settle.lua")
+CHARGE = _joined(
+    "bucket_level.lua",
+    "arguments.lua",
+    "fair_entry.lua",
+    "fair_share.lua",
+    "admission_record.lua",
+    "charge.lua",
+)
 
 
 class RedisTokenBuckets:
@@ -42,11 +56,12 @@ class RedisTokenBuckets:
         scripts = calls.script if calls is not None else client.register_script
         self._script = scripts(SCRIPT)
         self._settle = scripts(SETTLE)
+        self._charge = scripts(CHARGE)
 
     async def warm(self) -> None:
         """Load the scripts (on every master of a cluster): a master that came back empty
         would otherwise answer NOSCRIPT, and the reload cost a decision its deadline."""
-        for script in (SCRIPT, SETTLE):
+        for script in (SCRIPT, SETTLE, CHARGE):
             await self._client.script_load(script)
         # And every tier's slot answers: in a cluster each may live on another master, and
         # a master still away must not pass for back (its tier's calls would time out).
@@ -90,6 +105,15 @@ class RedisTokenBuckets:
         keys, args = _arguments(delta, buckets)
         _add_fair(keys, args, buckets)  # what the tenant was served, in its fair shares
         return float(await self._settle(keys=keys, args=args))
+
+    async def charge(
+        self, tokens: float, bucket: BucketSpec, load: AdmittedLoad | None, admissions: int
+    ) -> Charged:
+        keys, args = _taking(tokens, [bucket], load)
+        if load is not None:
+            args += ["count", admissions]
+        level, recorded = await self._charge(keys=keys, args=args)
+        return Charged(float(level), int(recorded))
 
 
 def _arguments(tokens: float, buckets: Sequence[BucketSpec]) -> tuple[list[str], list[float | str]]:

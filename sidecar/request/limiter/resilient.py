@@ -27,7 +27,14 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.budget_layout import AdmittedLoad
-from sidecar.request.limiter.buckets import Alternative, BucketSpec, Limiter, Verdict
+from sidecar.request.limiter.buckets import (
+    Alternative,
+    BucketSpec,
+    Charged,
+    ChargingLimiter,
+    Verdict,
+)
+from sidecar.request.limiter.headroom import Headroom
 from sidecar.request.limiter.overlimit import OverLimitCache
 
 log = logging.getLogger(__name__)
@@ -87,7 +94,7 @@ class LocalTokenBuckets:
 class ResilientLimiter:
     def __init__(
         self,
-        shared: Limiter,
+        shared: ChargingLimiter,
         client: redis.Redis,
         sidecars_alive: Callable[[], int],
         timeout: float = 0.01,
@@ -147,6 +154,21 @@ class ResilientLimiter:
                 self._failed(error)
         # The cost was taken whole from this sidecar's share: settled whole there too.
         return self._local.settle(delta, self._local_shares(buckets))
+
+    async def charge(
+        self, tokens: float, bucket: BucketSpec, load: AdmittedLoad | None, admissions: int
+    ) -> Charged:
+        if not self.degraded:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    charged = await self._shared.charge(tokens, bucket, load, admissions)
+                self._remember([bucket], charged.level)
+                return charged
+            except (redis.RedisError, TimeoutError) as error:
+                self._failed(error)
+        # Admitted against this sidecar's share: charged there, recorded nowhere.
+        level = self._local.settle(-tokens, self._local_shares([bucket]))
+        return Charged(bucket.burst if level is None else level, 0)
 
     def _remember(self, buckets: Sequence[BucketSpec], level: float) -> None:
         """Redis says the first of `buckets` holds `level` now."""
@@ -239,9 +261,15 @@ class ResilientLimiter:
 
 
 class DegradedCollector(Collector):
-    def __init__(self, limiter: ResilientLimiter, overlimit: OverLimitCache | None = None) -> None:
+    def __init__(
+        self,
+        limiter: ResilientLimiter,
+        overlimit: OverLimitCache | None = None,
+        headroom: Headroom | None = None,
+    ) -> None:
         self._limiter = limiter
         self._overlimit = overlimit
+        self._headroom = headroom
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
@@ -258,4 +286,15 @@ class DegradedCollector(Collector):
             "qos_budget_refusals_cached",
             "Budget refusals answered from the over-limit cache, without a Redis call.",
             value=self._overlimit.hits if self._overlimit else 0,
+        )
+        yield CounterMetricFamily(
+            "qos_budget_admitted_from_headroom",
+            "Admissions from a bucket's known headroom, without waiting on Redis; charged "
+            "behind them.",
+            value=self._headroom.admitted if self._headroom else 0,
+        )
+        yield CounterMetricFamily(
+            "qos_budget_charges_lost",
+            "Admissions from headroom whose charge behind them failed (see the log).",
+            value=self._headroom.charges_lost if self._headroom else 0,
         )
