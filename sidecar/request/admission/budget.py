@@ -1,4 +1,5 @@
-"""Budget: the request's cost taken from its budgets (budgets.py) in one Redis call, the
+"""Budget: the request's cost taken from its budgets (budgets.py) in one Redis call (or,
+while its tier's bucket has headroom, at once and charged behind: limiter/headroom.py), the
 admission counted in its pool's load from before the call until it is confirmed or not
 (loops/overload/admitted.py). The call settles where the request goes too: where it may
 be served elsewhere (overflow.py), the next pool's budgets are offered in the same call,

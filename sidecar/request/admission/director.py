@@ -98,7 +98,7 @@ class AdmissionDirector:
             place = staged("priced", self._pricing.price(request, snapshot, identity, parsed, home))
             places = choose_pools(place)  # its own pool, then those its tier overflows to
             places = staged("load checked", self._overload.admissible(places))  # shed where?
-            budgeted = staged("budget taken", await self._budget.take(places))  # one Redis call
+            budgeted = staged("budget taken", await self._budget.take(places))  # Redis, or headroom
             answer.pool = budgeted.place.pool
             turn = staged("slot taken", await self._waiting.turn(budgeted.wait, hold))  # waits?
             return admitted(budgeted, turn)  # tagged and scheduled by its tier
