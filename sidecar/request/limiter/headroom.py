@@ -16,8 +16,8 @@ kept, divided by the sidecars alive): together they do not take the bucket below
 reserve on what they read, and Redis's own answers take over from there, so a contended
 bucket decides exactly as without this. A charge behind is taken whether the bucket
 holds it or not (into debt, within its most): over time the buckets charge exactly what
-was admitted; at worst, readings that crossed, a bucket runs its reserve into debt. Every
-decision still asks Redis for:
+was admitted; at worst, when readings crossed, the reserve is spent and the bucket runs
+into debt. Every decision still asks Redis for:
 
 - a tenant's own budget (its level is not read), or another pool's budgets offered;
 - a level older than MAX_AGE_SECONDS (an idle sidecar's reading may be far off);
