@@ -25,7 +25,9 @@ COST = 100
 # P1 gets 35 % of 8571.4 tokens/s: 3000 tokens/s, 30 requests/s, a 1500-token burst.
 CAPACITY = 3000 / 0.35
 RATE, BURST = 3000.0, 1500.0
-OFFERED_PER_SIDECAR = 45  # requests/s: together three times what the budget allows
+# Requests a second each: together three times what the budget allows, and a quarter
+# more than it (the bucket drains from admissions out of its headroom into Redis's).
+OFFERED_PER_SIDECAR = {"3x": 45.0, "1.25x": 18.75}
 
 
 class Offered(NamedTuple):
@@ -34,13 +36,13 @@ class Offered(NamedTuple):
     sent_at: list[float]  # when each request was sent
 
 
-async def offer(address: str, until: float) -> Offered:
+async def offer(address: str, until: float, per_second: float) -> Offered:
     """Send paced requests until `until`, once the channel is connected."""
     counts, sent_at = [0, 0], []
     async with grpc.aio.insecure_channel(address) as channel:
         await channel.channel_ready()  # connecting is not part of the measured span
         client = ExtProcClient(channel)
-        interval = 1 / OFFERED_PER_SIDECAR
+        interval = 1 / per_second
         next_at = time.monotonic()
         while next_at < until:
             sent_at.append(time.monotonic())
@@ -64,7 +66,8 @@ def one_bucket_admits(sent_at: list[float]) -> int:
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
-async def test_two_sidecars_admit_the_configured_rate_within_5_percent(sidecars, aredis):
+@pytest.mark.parametrize("offered", OFFERED_PER_SIDECAR)
+async def test_two_sidecars_admit_the_configured_rate_within_5_percent(sidecars, aredis, offered):
     store = ConfigStore(aredis)
     await store.save_config(
         QosConfig.from_partial({"fleet": {"capacity_tokens_per_second": CAPACITY}})
@@ -76,17 +79,23 @@ async def test_two_sidecars_admit_the_configured_rate_within_5_percent(sidecars,
     addresses = [sidecar.grpc_address for sidecar in running]
 
     started = time.monotonic()
-    results = await asyncio.gather(*(offer(a, started + RUN_SECONDS) for a in addresses))
+    per_second = OFFERED_PER_SIDECAR[offered]
+    results = await asyncio.gather(
+        *(offer(a, started + RUN_SECONDS, per_second) for a in addresses)
+    )
 
     admitted_requests = sum(r.admitted for r in results)
     shed_requests = sum(r.shed for r in results)
     sent_at = [at for r in results for at in r.sent_at]
     expected = one_bucket_admits(sent_at)
     elapsed = max(sent_at) - min(sent_at)
-    assert shed_requests > admitted_requests  # the budget, not the offer, was the limit
+    assert shed_requests > 0.1 * admitted_requests  # the budget, not the offer, was the limit
     assert all(r.admitted > 0 for r in results)  # both sidecars took from the shared budget
     assert abs(admitted_requests - expected) <= 0.05 * expected, (
         f"admitted {admitted_requests}, one bucket {expected} over {elapsed:.2f} s"
     )
-    for sidecar in running:  # shared all along: never decided alone
-        assert scrape(f"{sidecar.admin_url}/metrics")["qos_budget_mode_switches_total{}"] == 0
+    metrics = [scrape(f"{sidecar.admin_url}/metrics") for sidecar in running]
+    for each in metrics:  # shared all along: never decided alone
+        assert each["qos_budget_mode_switches_total{}"] == 0
+    # The full bucket's headroom went first (each sidecar its share), then Redis decided.
+    assert sum(each["qos_budget_admitted_from_headroom_total{}"] for each in metrics) > 0
