@@ -117,23 +117,27 @@ async def test_admissions_are_recorded_with_their_budget_call_and_read_back(ared
     records = AdmissionRecords(aredis, lambda: ("default", "pool-b"))
     p1 = AdmittedLoad("p1", "default", blocks=3)
     first = await buckets.acquire(100, [TIER], p1)
-    assert first.recorded_ms >= await server_ms(aredis) - 1000  # Redis's time
-    assert (await buckets.acquire(100, [TIER, TENANT], p1)).recorded_ms >= first.recorded_ms
-    assert (await buckets.acquire(100, [TIER])).recorded_ms == 0  # nothing asked
+    now_us = await server_ms(aredis) * 1000
+    assert now_us - 1_000_000 <= first.recorded_us <= now_us  # Redis's time, in µs
+    assert (await buckets.acquire(100, [TIER, TENANT], p1)).recorded_us >= first.recorded_us
+    assert (await buckets.acquire(100, [TIER])).recorded_us == 0  # nothing asked
     # Refused: not recorded, unless the tier is admitted over its budget anyway.
     pool_b = BucketSpec(tier_bucket_key("p1", "pool-b"), rate=10, burst=10)
     admitted = await buckets.acquire(10, [pool_b, TENANT], AdmittedLoad("p1", "pool-b", 9))
-    assert admitted.allowed and admitted.recorded_ms
+    assert admitted.allowed and admitted.recorded_us
     refused = await buckets.acquire(10, [pool_b], AdmittedLoad("p1", "pool-b", blocks=9))
-    assert not refused.allowed and not refused.recorded_ms
+    assert not refused.allowed and not refused.recorded_us
     over = await buckets.acquire(10, [pool_b], AdmittedLoad("p1", "pool-b", 9, True))
-    assert not over.allowed and over.recorded_ms
+    assert not over.allowed and over.recorded_us
     p2 = BucketSpec(tier_bucket_key("p2"), 10, 10)
     await buckets.acquire(1, [p2], AdmittedLoad("p2", "default", blocks=3))
 
     read = await records.recent(newer_than=5.0)
-    assert read.holds("p1", first.recorded_ms)  # recorded before the read
-    assert not read.holds("p1", read.read_ms["p1"]) and not read.holds("p1", 0)
+    assert read.holds("p1", first.recorded_us)  # recorded before the read
+    assert not read.holds("p1", read.read_us["p1"]) and not read.holds("p1", 0)
+    # Recorded right after the read (within its millisecond, often): not in it.
+    after = await buckets.acquire(1, [TIER], p1)
+    assert not read.holds("p1", after.recorded_us)
     recent = read.by_pool
     assert set(recent) == {"default", "pool-b"}
     assert sum(r.blocks for r in recent["default"]) == 3 * 3  # p1 twice, p2 once
@@ -161,7 +165,7 @@ async def test_the_bucket_drops_its_recorded_slots_once_they_are_older_than_kept
     async def record() -> int:
         args = [1, TIER.rate, TIER.burst, TIER.max_debt, "record", 2, "default", SLOT_MS]
         reply = await aredis.eval(SCRIPT, 1, key, *args, SLOT_MS, 0)
-        return int(reply[4]) // SLOT_MS  # the slot, on Redis's clock
+        return int(reply[4]) // 1000 // SLOT_MS  # the slot, on Redis's clock (µs)
 
     first = await record()
     second = await record()

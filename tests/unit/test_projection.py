@@ -59,14 +59,14 @@ class Reports:
 
 
 class Records:
-    """The admission records as a read finds them, read at Redis time `read_ms`."""
+    """The admission records as a read finds them, read at Redis time `read_us`."""
 
     def __init__(self) -> None:
         self.entries: dict[str, list[Recent]] = {}
-        self.read_ms = 0
+        self.read_us = 0
 
     async def recent(self, newer_than: float) -> RecentAdmissions:
-        return RecentAdmissions(self.entries, dict.fromkeys(("p0", "p1", "p2"), self.read_ms))
+        return RecentAdmissions(self.entries, dict.fromkeys(("p0", "p1", "p2"), self.read_us))
 
 
 POOL = Snapshot(1).pools.default
@@ -81,11 +81,11 @@ async def monitor_at(free: float, records: Records, clock: Clock) -> LoadMonitor
     return monitor
 
 
-def admit(monitor: LoadMonitor, recorded_ms: int) -> None:
+def admit(monitor: LoadMonitor, recorded_us: int) -> None:
     """A 16-token P2 prompt decided and admitted (two blocks)."""
     held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
     assert held is not None
-    held.confirm(recorded_ms)
+    held.confirm(recorded_us)
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
     monitor = await monitor_at(0.20, Records(), clock)
     admitted = 0
     while monitor.state.for_pool(POOL.name).shedding[Tier.P2] is None and admitted < 300:
-        admit(monitor, recorded_ms=1)
+        admit(monitor, recorded_us=1)
         admitted += 1
     # 100 blocks between 20 % and 15 % free, 2 blocks each: the 50th reaches the line
     # (floating point may put it a hair under), the 51st would take it under.
@@ -127,22 +127,22 @@ async def test_a_cancelled_admission_gives_its_projection_back(clock):
 async def test_recorded_admissions_count_once_from_redis_and_go_with_a_newer_report(clock):
     records = Records()
     monitor = await monitor_at(0.20, records, clock)
-    for recorded_ms in range(1000, 1010):
-        admit(monitor, recorded_ms)
+    for recorded_us in range(1000, 1010):
+        admit(monitor, recorded_us)
     clock.now += 0.01
     # A read made while the last of them was being recorded holds the nine before it
     # (and 5 more from another sidecar): each counted once.
     records.entries = {"default": [Recent(0.0, 28, 14)]}
-    records.read_ms = 1009
+    records.read_us = 1009
     await monitor.refresh()
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 28 + 2
     records.entries = {"default": [Recent(0.0, 30, 15)]}
-    records.read_ms = 1010
+    records.read_us = 1010
     await monitor.refresh()
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 30
     # An admission this sidecar could not record (Redis away) counts until a report
     # newer than it: the pod's report is 0.1 s old, so one 0.2 s old is forgotten.
-    admit(monitor, recorded_ms=0)
+    admit(monitor, recorded_us=0)
     records.entries = {}
     await monitor.refresh()
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
@@ -170,7 +170,7 @@ async def test_a_pool_whose_pods_do_not_report_projects_nothing_until_one_does(c
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 0
     reports.pods.append(PodLoad("a", 0.5, 2000, 0, 0, kv_block_size=16))
     await monitor.refresh()
-    admit(monitor, recorded_ms=1)
+    admit(monitor, recorded_us=1)
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
 
 
@@ -186,6 +186,6 @@ async def test_an_admission_charged_behind_counts_once_its_record_is_read(clock)
     await monitor.refresh()
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
     records.entries = {"default": [Recent(0.0, 2, 1)]}
-    records.read_ms = 1501
+    records.read_us = 1501
     await monitor.refresh()  # read back with the records: counted once, from there
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 
 import redis.asyncio as redis
@@ -20,10 +20,17 @@ _READ = resources.files("sidecar.loops.overload").joinpath("read_admitted.lua").
 
 class AdmissionRecords:
     def __init__(
-        self, client: redis.Redis, pools: Callable[[], Iterable[str]] = lambda: (DEFAULT_POOL,)
+        self,
+        client: redis.Redis,
+        pools: Callable[[], Iterable[str]] = lambda: (DEFAULT_POOL,),
+        landed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._read = client.register_script(_READ)
         self._pools = pools  # the names of the pools in force
+        # Records written in flight (charges behind admissions, limiter/headroom.py) may
+        # be in a read before their writers know when they were made: a read is used
+        # once those in flight at its answer have theirs, or they would count twice.
+        self._landed = landed
 
     async def recent(self, newer_than: float) -> RecentAdmissions:
         """Per pool, the slots that ended less than `newer_than` seconds ago, from each
@@ -36,24 +43,26 @@ class AdmissionRecords:
                 for tier in Tier
             )
         )
+        if self._landed is not None:
+            await self._landed()
         # (pool, slot) → [blocks, requests], summed over the tiers, with Redis's clock.
         slots: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
         ages: dict[tuple[str, int], float] = {}
-        read_ms = {}
+        read_us = {}
         for tier, reply in zip(Tier, replies, strict=True):
-            now_ms, fields = int(reply[0]), reply[1:]
-            read_ms[tier.value] = now_ms
+            now_us, fields = int(reply[0]), reply[1:]
+            read_us[tier.value] = now_us
             for pool, slot, value in zip(fields[::3], fields[1::3], fields[2::3], strict=True):
                 key = (_text(pool), int(slot))
                 blocks, requests = divmod(int(value), PACKED)
                 slots[key][0] += blocks
                 slots[key][1] += requests
-                ages[key] = max(0.0, now_ms - (int(slot) + 1) * SLOT_MS) / 1000
+                ages[key] = max(0.0, now_us / 1000 - (int(slot) + 1) * SLOT_MS) / 1000
         recent: dict[str, list[Recent]] = defaultdict(list)
         for (pool_name, slot_at), (slot_blocks, slot_requests) in slots.items():
             age = ages[pool_name, slot_at]
             recent[pool_name].append(Recent(age, slot_blocks, slot_requests))
-        return RecentAdmissions(dict(recent), read_ms)
+        return RecentAdmissions(dict(recent), read_us)
 
 
 def _text(value: bytes | str) -> str:

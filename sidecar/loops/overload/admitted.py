@@ -42,15 +42,15 @@ class Recent:
 
 @dataclass(frozen=True)
 class RecentAdmissions:
-    """One read of every tier's record: per pool, its slots; per tier, Redis's time (ms)
+    """One read of every tier's record: per pool, its slots; per tier, Redis's time (µs)
     when its record was read."""
 
     by_pool: dict[str, list[Recent]] = field(default_factory=dict)
-    read_ms: dict[str, int] = field(default_factory=dict)
+    read_us: dict[str, int] = field(default_factory=dict)
 
-    def holds(self, tier: str, recorded_ms: int) -> bool:
-        """Whether an admission recorded at `recorded_ms` is in this read."""
-        return 0 < recorded_ms < self.read_ms.get(tier, 0)
+    def holds(self, tier: str, recorded_us: int) -> bool:
+        """Whether an admission recorded at `recorded_us` is in this read."""
+        return 0 < recorded_us < self.read_us.get(tier, 0)
 
 
 def unreported(recent: list[Recent], report_age_seconds: float) -> tuple[float, float]:
@@ -72,21 +72,21 @@ class ProjectedAdmission:
         self._clock = clock
         self.at = clock()
         self.confirmed_at: float | None = None
-        # When its budget call recorded it in Redis (Redis time, ms; 0: not recorded):
+        # When its budget call recorded it in Redis (Redis time, µs; 0: not recorded):
         # from the first read after that, it is counted from there.
-        self.recorded_ms = 0
+        self.recorded_us = 0
         self.cancelled = False
         self._release = release
 
-    def confirm(self, recorded_ms: int) -> None:
-        """Admitted; `recorded_ms`: when its budget call recorded it in Redis, or 0."""
+    def confirm(self, recorded_us: int) -> None:
+        """Admitted; `recorded_us`: when its budget call recorded it in Redis, or 0."""
         if not self.cancelled:
-            self.confirmed_at, self.recorded_ms = self._clock(), recorded_ms
+            self.confirmed_at, self.recorded_us = self._clock(), recorded_us
 
-    def recorded(self, recorded_ms: int) -> None:
-        """Admitted before its budget call recorded it, at `recorded_ms`."""
+    def recorded(self, recorded_us: int) -> None:
+        """Admitted before its budget call recorded it, at `recorded_us`."""
         if self.confirmed_at is not None:
-            self.recorded_ms = recorded_ms
+            self.recorded_us = recorded_us
 
     def cancel(self) -> None:
         """Not admitted after all: it adds nothing."""

@@ -187,7 +187,7 @@ class LoadMonitor:
             for projected in self._pending
             if not projected.cancelled
             and now - projected.at < ttl
-            and not read.holds(projected.load.tier, projected.recorded_ms)
+            and not read.holds(projected.load.tier, projected.recorded_us)
         ]
 
     def _recent_in(self, pool: str | None) -> list[Recent]:
@@ -202,7 +202,7 @@ class LoadMonitor:
         ]
         for projected in self._pending:
             if pool is None or projected.load.pool == pool:
-                counted_anyway = projected.confirmed_at is None or projected.recorded_ms > 0
+                counted_anyway = projected.confirmed_at is None or projected.recorded_us > 0
                 age = 0.0 if counted_anyway else now - projected.at
                 recent.append(Recent(age, projected.load.blocks, 1.0))
         return recent

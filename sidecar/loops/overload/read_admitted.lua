@@ -3,11 +3,12 @@
 -- KEYS[i]  the tier's bucket in pool ARGV[2 + i] (fields "r|<slot>" → blocks * 2^20
 --          + requests)
 -- ARGV[1]  slot length (ms); ARGV[2] return slots ending less than this long ago (ms)
--- Returns {now (ms), pool, slot, value, pool, slot, value, …} of the slots returned.
+-- Returns {now (µs), pool, slot, value, pool, slot, value, …} of the slots returned.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 local slot_ms, wanted = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = {now}
+local out = {now_us}
 -- The slots ending less than `wanted` ago: the current one back to the oldest such.
 local last = math.floor(now / slot_ms)
 local first = math.max(0, math.floor((now - wanted) / slot_ms))

@@ -277,7 +277,7 @@ def _first_token_due(place: Placement) -> FirstTokenDue | None:
 
 def _confirm(projected: ProjectedAdmission | None, verdict: Verdict) -> None:
     if projected is not None:
-        projected.confirm(verdict.recorded_ms)
+        projected.confirm(verdict.recorded_us)
         if verdict.recorded_later is not None:  # charged behind: recorded then
             verdict.recorded_later.then(projected.recorded)
 

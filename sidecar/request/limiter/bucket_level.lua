@@ -8,6 +8,9 @@
 
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000  -- ms
+-- To the microsecond, as admissions are recorded: two scripts never share one (each
+-- runs longer), so a read of the records and a write of one are never in doubt.
+local now_us = tonumber(now_parts[1]) * 1000000 + tonumber(now_parts[2])
 local expires = {}  -- key → its field 'x', as read
 
 -- The level refilled to now, and the values of `more` fields of the same hash (read in

@@ -55,25 +55,25 @@ class BucketSpec:
 
 class LaterRecord:
     """When admissions charged behind them (limiter/headroom.py) are recorded with the
-    shared buckets: Redis's time (ms), once their charge is made; 0 until then, or
+    shared buckets: Redis's time (µs), once their charge is made; 0 until then, or
     for good when it recorded nothing."""
 
     def __init__(self) -> None:
-        self.recorded_ms = 0
+        self.recorded_us = 0
         self._waiting: list[Callable[[int], None]] = []
 
     def then(self, callback: Callable[[int], None]) -> None:
-        """`callback(recorded_ms)` once recorded (at once when it is)."""
-        if self.recorded_ms:
-            callback(self.recorded_ms)
+        """`callback(recorded_us)` once recorded (at once when it is)."""
+        if self.recorded_us:
+            callback(self.recorded_us)
         else:
             self._waiting.append(callback)
 
-    def made(self, recorded_ms: int) -> None:
+    def made(self, recorded_us: int) -> None:
         waiting, self._waiting = self._waiting, []
-        self.recorded_ms = recorded_ms
-        for callback in waiting if recorded_ms else ():
-            callback(recorded_ms)
+        self.recorded_us = recorded_us
+        for callback in waiting if recorded_us else ():
+            callback(recorded_us)
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,9 @@ class Verdict:
     # Refused because the tenant is over its fair share of the contended tier: the rest
     # of the bucket is kept for the tier's other tenants (the refusal is this tenant's).
     over_fair_share: bool = False
-    # When the admission's load was recorded with the shared buckets (Redis time, ms);
+    # When the admission's load was recorded with the shared buckets (Redis time, µs);
     # 0: not recorded.
-    recorded_ms: int = 0
+    recorded_us: int = 0
     # Admitted without a call, charged behind: when its record is made.
     recorded_later: LaterRecord | None = None
     # With an alternative: True, taken from its buckets instead (the rest of the verdict
@@ -134,7 +134,7 @@ class Charged:
     """What a charge sent behind its admissions found."""
 
     level: float  # the bucket's tokens after it
-    recorded_ms: int  # when it recorded the admissions (Redis time, ms; 0: not recorded)
+    recorded_us: int  # when it recorded the admissions (Redis time, µs; 0: not recorded)
 
 
 class ChargingLimiter(Limiter, Protocol):

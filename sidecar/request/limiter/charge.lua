@@ -5,7 +5,7 @@
 -- 'count': their blocks summed, how many) and counts them in the tenant's fair share
 -- ('fair'), as token_bucket.lua does one at a time.
 --
--- Returns {the bucket's level after it (string), Redis time (ms) of the record}.
+-- Returns {the bucket's level after it (string), Redis time (µs) of the record}.
 
 local tokens, buckets, groups, problem = arguments(1, 1)
 if problem then
@@ -34,4 +34,4 @@ if fair ~= nil then  -- as token_bucket.lua keeps an admission, its sweep includ
   fair_read(fair)
   fair_kept(fair, tokens, 'admitted', false)
 end
-return {tostring(level), record ~= nil and math.floor(now) or 0}
+return {tostring(level), record ~= nil and now_us or 0}

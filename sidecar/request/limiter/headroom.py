@@ -28,7 +28,6 @@ into debt. Every decision still asks Redis for:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -167,15 +166,27 @@ class Headroom:
         self._timer = None
         batches, self._batches = self._batches, {}
         for bucket, batch in batches.items():
-            task = asyncio.get_running_loop().create_task(self._send(bucket, batch))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            self._launch(bucket, batch)
 
     async def _send_now(self, key: str) -> None:
         """Charge what was admitted from the bucket `key` before asking Redis about it."""
         due = [bucket for bucket in self._batches if bucket.key == key]
         if due:
-            await asyncio.gather(*(self._send(b, self._batches.pop(b)) for b in due))
+            # Waited on, not awaited: a decision given up on does not cancel its charges.
+            await asyncio.wait([self._launch(b, self._batches.pop(b)) for b in due])
+
+    async def landed(self) -> None:
+        """Every charge sent so far has its answer: the admissions it recorded know when.
+        (A read of the records that a charge in flight may be in waits on this, or its
+        admissions would count twice: in the read, and as not recorded yet.)"""
+        if self._sending:
+            await asyncio.wait(set(self._sending))
+
+    def _launch(self, bucket: BucketSpec, batch: _Batch) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._send(bucket, batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        return task
 
     async def _send(self, bucket: BucketSpec, batch: _Batch) -> None:
         try:
@@ -191,7 +202,7 @@ class Headroom:
             self._taken[bucket.key] = max(0.0, self._taken.get(bucket.key, 0.0) - batch.tokens)
         now = self._clock()
         self._levels[bucket.key] = (charged.level, now)
-        batch.recorded.made(charged.recorded_ms)
+        batch.recorded.made(charged.recorded_us)
 
     async def start(self) -> None:
         """Charges are sent as admissions come."""
@@ -201,6 +212,4 @@ class Headroom:
         if self._timer is not None:
             self._timer.cancel()
             self._send_all()
-        if self._sending:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*self._sending)
+        await self.landed()

@@ -89,14 +89,14 @@ class RedisTokenBuckets:
         elsewhere = bool(int(answer[6])) if len(answer) > 6 else None
         if allowed:
             return Verdict(
-                True, remaining=float(remaining), recorded_ms=int(recorded), elsewhere=elsewhere
+                True, remaining=float(remaining), recorded_us=int(recorded), elsewhere=elsewhere
             )
         return Verdict(
             False,
             refused=buckets[int(refused) - 1],
             retry_after=None if int(wait_ms) < 0 else int(wait_ms) / 1000,
             remaining=float(remaining),
-            recorded_ms=int(recorded),
+            recorded_us=int(recorded),
             over_fair_share=bool(over_share),
             elsewhere=elsewhere,
         )

@@ -7,7 +7,7 @@
 --
 -- Returns {allowed (1|0), refused bucket index (0 if none), retry after (ms, -1 if
 -- never: cost above that bucket's burst), tokens left in bucket 1 (string), when the
--- admission was recorded (Redis time, ms; 0: not recorded), refused for being over its
+-- admission was recorded (Redis time, µs; 0: not recorded), refused for being over its
 -- fair share (1|0)}; and when an 'else' set was tried, a seventh: 1, taken from it (the
 -- other fields then its own), or 0, refused by it too (the first set's refusal).
 
@@ -63,7 +63,7 @@ local function take(cost, buckets, groups)
   end
 
   local recorded = record ~= nil and (refused == 0 or record.even_refused)
-  local recorded_ms = recorded and math.floor(now) or 0
+  local recorded_us = recorded and now_us or 0
 
   if refused > 0 then
     if fair ~= nil then
@@ -76,7 +76,7 @@ local function take(cost, buckets, groups)
         redis.call('PEXPIRE', key, record.keep)
       end
     end
-    return {0, refused, longest_wait, tostring(levels[1]), recorded_ms, over_share}
+    return {0, refused, longest_wait, tostring(levels[1]), recorded_us, over_share}
   end
 
   local first_more, first_keep = {}, nil
@@ -96,7 +96,7 @@ local function take(cost, buckets, groups)
       store(bucket.key, levels[i] - cost, bucket.rate, bucket.burst)
     end
   end
-  return {1, 0, 0, tostring(levels[1] - cost), recorded_ms, 0}
+  return {1, 0, 0, tostring(levels[1] - cost), recorded_us, 0}
 end
 
 local cost, buckets, groups, problem = arguments(1, 1)
