@@ -146,6 +146,14 @@ class SidecarServer:
             SlotTable(owner=sidecar_id),
             PeerRegistry(self.redis, sidecar_id),
         )
+        self.monitor = LoadMonitor(
+            reports,
+            self.watcher.snapshot,
+            gateway_in_flight=self.queue.cluster_in_flight_in,
+            records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
+        )
+        self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
+        self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(
             reports,
@@ -176,18 +184,6 @@ class SidecarServer:
             if settings.charge_behind_ms > 0
             else None
         )
-        self.monitor = LoadMonitor(
-            reports,
-            self.watcher.snapshot,
-            gateway_in_flight=self.queue.cluster_in_flight_in,
-            records=AdmissionRecords(
-                self._records_redis,
-                lambda: self.watcher.current.pools.names,
-                self.headroom.landed if self.headroom is not None else None,
-            ),
-        )
-        self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
-        self.metrics.registry.register(LoadCollector(self.monitor))
         budgets = self.headroom or self.limiter
         self.overlimit = OverLimitCache(budgets) if settings.over_limit_cache else None
         self.metrics.registry.register(

@@ -8,16 +8,12 @@ import time
 import grpc
 import pytest
 
-from sidecar.budget_layout import AdmittedLoad, tier_bucket_key
+from sidecar.budget_layout import tier_bucket_key
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.loops.overload.admission_records import AdmissionRecords
 from sidecar.request.extproc.client import ExtProcClient, admitted
-from sidecar.request.limiter.buckets import BucketSpec, Charged
-from sidecar.request.limiter.headroom import Headroom
-from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.tooling.stack.admin_client import scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -86,41 +82,3 @@ async def test_without_charges_behind_every_decision_asks_redis(sidecars, aredis
     metrics = scrape(f"{sidecar.admin_url}/metrics")
     assert metrics["qos_budget_admitted_from_headroom_total{}"] == 0
     assert await level(aredis) <= BURST - 3 * COST + RATE  # each charged by its call
-
-
-class HeldAnswers(RedisTokenBuckets):
-    """Charges run in Redis at once; their answers reach the caller when let."""
-
-    def __init__(self, client) -> None:
-        super().__init__(client)
-        self.ran, self.let = asyncio.Event(), asyncio.Event()
-
-    async def charge(self, tokens, bucket, load, admissions) -> Charged:
-        charged = await super().charge(tokens, bucket, load, admissions)
-        self.ran.set()
-        await self.let.wait()
-        return charged
-
-
-@pytest.mark.timeout(30)
-async def test_a_read_of_the_records_waits_for_the_charges_in_flight(aredis):
-    # Otherwise a charge's admissions would count twice in the projected load: in the
-    # read, and as not recorded yet, until the next read.
-    shared = HeldAnswers(aredis)
-    headroom = Headroom(shared, lambda: 1, interval=0.001)
-    records = AdmissionRecords(aredis, lambda: ("default",), headroom.landed)
-    bucket = BucketSpec(tier_bucket_key("p1"), RATE, BURST)
-    load = AdmittedLoad("p1", "default", blocks=2)
-    assert (await headroom.acquire(COST, [bucket], load)).allowed  # asks Redis
-    behind = await headroom.acquire(COST, [bucket], load)
-    assert behind.recorded_later is not None and headroom.admitted == 1
-
-    await shared.ran.wait()  # the charge ran in Redis; its answer is held
-    read = asyncio.create_task(records.recent(newer_than=5.0))
-    done, _ = await asyncio.wait([read], timeout=0.3)
-    assert not done, "the read was used before the charge in it answered"
-    shared.let.set()
-    recent = await read
-    assert recent.holds("p1", behind.recorded_later.recorded_us)
-    assert sum(r.blocks for r in recent.by_pool["default"]) == 2 * 2
-    await asyncio.wait_for(headroom.landed(), 5)

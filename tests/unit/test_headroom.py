@@ -140,10 +140,14 @@ async def test_a_lost_charge_is_counted_and_frees_the_headroom():
     shared = Shared(clock)
     limiter = headroom(shared, clock)
     await limiter.acquire(100, [TIER])
-    assert (await limiter.acquire(400, [TIER])).allowed
+    behind = await limiter.acquire(400, [TIER])
+    assert behind.allowed and behind.recorded_later is not None
+    told: list[int] = []
+    behind.recorded_later.then(told.append)
     shared.fails = True
     await limiter.stop()
     assert limiter.charges_lost == 1
+    assert told == [0]  # recorded nowhere: its projection counts it until a report
     assert (await limiter.acquire(400, [TIER])).allowed and shared.asked == 1
 
 

@@ -4,14 +4,22 @@ the report store and the admission records are stand-ins."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
-from sidecar.loops.overload.admitted import OVERLAP_SECONDS, Recent, RecentAdmissions, admitted_load
+from sidecar.loops.overload.admitted import (
+    OVERLAP_SECONDS,
+    ProjectedAdmission,
+    Recent,
+    RecentAdmissions,
+    admitted_load,
+)
 from sidecar.loops.overload.load import PodLoad, aggregate
-from sidecar.loops.overload.monitor import LoadMonitor
+from sidecar.loops.overload.monitor import SETTLING_SECONDS, LoadMonitor
 from sidecar.refusals import Reason
 from tests.unit.clock import Clock
 
@@ -180,7 +188,7 @@ async def test_an_admission_charged_behind_counts_once_its_record_is_read(clock)
     monitor = await monitor_at(0.20, records, clock)
     held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
     assert held is not None
-    held.confirm(0)  # admitted from headroom: its charge, and record, come behind
+    held.confirm(0, recorded_later=True)  # from headroom: charge and record come behind
     clock.now += 0.3  # older than the pod's report: it would be forgotten unrecorded...
     held.recorded(1500)  # ...but its charge recorded it, so it counts until read
     await monitor.refresh()
@@ -189,3 +197,70 @@ async def test_an_admission_charged_behind_counts_once_its_record_is_read(clock)
     records.read_us = 1501
     await monitor.refresh()  # read back with the records: counted once, from there
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 2
+
+
+def unreported_blocks(monitor: LoadMonitor) -> float:
+    return monitor.state.for_pool(POOL.name).load.unreported_blocks
+
+
+def deciding(monitor: LoadMonitor) -> ProjectedAdmission:
+    """A two-block P2 admission being decided."""
+    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
+    assert held is not None
+    return held
+
+
+async def read_holding_one(clock: Clock) -> tuple[LoadMonitor, ProjectedAdmission]:
+    """A monitor deciding one admission, and a read of the records that holds it (its
+    budget call or its charge ran in Redis at 1 500 µs; the read answered at 1 501 µs)."""
+    records = Records()
+    monitor = await monitor_at(0.20, records, clock)
+    held = deciding(monitor)
+    records.entries = {"default": [Recent(0.0, 2, 1)]}
+    records.read_us = 1501
+    return monitor, held
+
+
+async def refreshing(monitor: LoadMonitor) -> asyncio.Task[None]:
+    """A refresh whose read has answered and that still waits (it is not done)."""
+    refresh = asyncio.create_task(monitor.refresh())
+    done, _ = await asyncio.wait([refresh], timeout=SETTLING_SECONDS / 5)
+    assert not done, "the read was used before the admissions in it were settled"
+    return refresh
+
+
+@pytest.mark.asyncio
+async def test_a_read_answering_while_an_admission_is_recorded_waits_for_its_time(clock):
+    # Used at once, the read would count it twice: in the read, and as being decided.
+    monitor, held = await read_holding_one(clock)
+    refresh = await refreshing(monitor)
+    held.confirm(1500)  # its budget call answers after the read did
+    await refresh
+    assert unreported_blocks(monitor) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_read_answering_before_a_charge_behind_waits_for_its_record(clock):
+    monitor, held = await read_holding_one(clock)
+    held.confirm(0, recorded_later=True)  # from headroom
+    refresh = await refreshing(monitor)
+    held.recorded(1500)  # its charge answers after the read did
+    await refresh
+    assert unreported_blocks(monitor) == 2
+    # A charge recorded after the read is not in it: counted as this sidecar's own.
+    other = deciding(monitor)
+    other.confirm(0, recorded_later=True)
+    refresh = await refreshing(monitor)
+    other.recorded(1502)
+    await refresh
+    assert unreported_blocks(monitor) == 2 + 2
+
+
+@pytest.mark.asyncio
+async def test_an_admission_that_never_settles_holds_a_read_back_only_so_long(clock):
+    monitor, held = await read_holding_one(clock)
+    await asyncio.wait_for(monitor.refresh(), SETTLING_SECONDS * 20)
+    assert unreported_blocks(monitor) == 2 + 2  # both ways until decided: the safe side
+    held.confirm(1500)  # late: the next read knows it holds it
+    await monitor.refresh()
+    assert unreported_blocks(monitor) == 2

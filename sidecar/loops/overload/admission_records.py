@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 
 import redis.asyncio as redis
@@ -20,17 +20,10 @@ _READ = resources.files("sidecar.loops.overload").joinpath("read_admitted.lua").
 
 class AdmissionRecords:
     def __init__(
-        self,
-        client: redis.Redis,
-        pools: Callable[[], Iterable[str]] = lambda: (DEFAULT_POOL,),
-        landed: Callable[[], Awaitable[None]] | None = None,
+        self, client: redis.Redis, pools: Callable[[], Iterable[str]] = lambda: (DEFAULT_POOL,)
     ) -> None:
         self._read = client.register_script(_READ)
         self._pools = pools  # the names of the pools in force
-        # Records written in flight (charges behind admissions, limiter/headroom.py) may
-        # be in a read before their writers know when they were made: a read is used
-        # once those in flight at its answer have theirs, or they would count twice.
-        self._landed = landed
 
     async def recent(self, newer_than: float) -> RecentAdmissions:
         """Per pool, the slots that ended less than `newer_than` seconds ago, from each
@@ -43,8 +36,6 @@ class AdmissionRecords:
                 for tier in Tier
             )
         )
-        if self._landed is not None:
-            await self._landed()
         # (pool, slot) → [blocks, requests], summed over the tiers, with Redis's clock.
         slots: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
         ages: dict[tuple[str, int], float] = {}

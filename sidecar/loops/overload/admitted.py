@@ -67,6 +67,7 @@ class ProjectedAdmission:
         load: AdmittedLoad,
         clock: Callable[[], float],
         release: Callable[[ProjectedAdmission], None],
+        settled: Callable[[ProjectedAdmission], None] = lambda _admission: None,
     ) -> None:
         self.load = load
         self._clock = clock
@@ -75,21 +76,35 @@ class ProjectedAdmission:
         # When its budget call recorded it in Redis (Redis time, µs; 0: not recorded):
         # from the first read after that, it is counted from there.
         self.recorded_us = 0
+        self.awaiting_record = False  # admitted, its charge (and record) still behind
         self.cancelled = False
         self._release = release
+        self._settled = settled
 
-    def confirm(self, recorded_us: int) -> None:
-        """Admitted; `recorded_us`: when its budget call recorded it in Redis, or 0."""
+    @property
+    def settled(self) -> bool:
+        """Whether it knows whether and when it was recorded: cancelled, or admitted with
+        its record made (or none to come)."""
+        return self.cancelled or (self.confirmed_at is not None and not self.awaiting_record)
+
+    def confirm(self, recorded_us: int, recorded_later: bool = False) -> None:
+        """Admitted; `recorded_us`: when its budget call recorded it in Redis, or 0;
+        `recorded_later`: charged behind, its record then (see `recorded`)."""
         if not self.cancelled:
             self.confirmed_at, self.recorded_us = self._clock(), recorded_us
+            self.awaiting_record = recorded_later
+            if not recorded_later:
+                self._settled(self)
 
     def recorded(self, recorded_us: int) -> None:
-        """Admitted before its budget call recorded it, at `recorded_us`."""
-        if self.confirmed_at is not None:
-            self.recorded_us = recorded_us
+        """Its charge behind it was made: recorded at `recorded_us` (0: not recorded)."""
+        if self.confirmed_at is not None and self.awaiting_record:
+            self.recorded_us, self.awaiting_record = recorded_us, False
+            self._settled(self)
 
     def cancel(self) -> None:
         """Not admitted after all: it adds nothing."""
         if not self.cancelled and self.confirmed_at is None:
             self.cancelled = True
             self._release(self)
+            self._settled(self)

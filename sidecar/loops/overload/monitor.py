@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 # After a failed read of the admission records, they are not read for this long.
 RECORDS_PAUSE_SECONDS = 1.0
+# The longest a read of the records waits for the admissions being recorded when it
+# answered (a budget call, a charge behind: each bounded far below this).
+SETTLING_SECONDS = 0.25
 
 
 class LoadMonitor:
@@ -77,6 +80,9 @@ class LoadMonitor:
         self._unreported: dict[str, tuple[float, float]] = {}
         self._records_paused_until = float("-inf")
         self._most_running: dict[str, int] = {}  # by pod, of those reporting
+        # Admissions a read waits for (see _until_settled), and its wait.
+        self._unsettled: set[ProjectedAdmission] = set()
+        self._all_settled: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         with contextlib.suppress(redis.RedisError):
@@ -137,12 +143,38 @@ class LoadMonitor:
         oldest = max(pod.age_seconds for pod in pods)
         newer_than = oldest + OVERLAP_SECONDS + SLOT_MS / 1000
         try:
-            return await self._records.recent(newer_than)
+            read = await self._records.recent(newer_than)
         except Exception as error:  # redis-py may raise more than RedisError mid-reconnect
             redis_errors.note("admission_records")
             log.debug("admission records not read: %s", error)
             self._records_paused_until = self._clock() + RECORDS_PAUSE_SECONDS
             return RecentAdmissions()
+        await self._until_settled([p for p in self._pending if not p.settled])
+        return read
+
+    async def _until_settled(self, admissions: list[ProjectedAdmission]) -> None:
+        """Until `admissions` know whether and when they were recorded. They were being
+        recorded (a budget call, a charge behind) when a read answered, so it may hold
+        them: used before they know, they would count twice, in the read and as not
+        recorded yet, and near a watermark that alone could start shedding."""
+        if not admissions:
+            return
+        self._unsettled = set(admissions)
+        self._all_settled = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(SETTLING_SECONDS):
+                await self._all_settled
+        except TimeoutError:
+            pass  # what is still unsettled counts twice until the next read: the safe side
+        finally:
+            self._unsettled, self._all_settled = set(), None
+
+    def _on_settled(self, admission: ProjectedAdmission) -> None:
+        unsettled = self._unsettled
+        if admission in unsettled:
+            unsettled.discard(admission)
+            if not unsettled and self._all_settled is not None and not self._all_settled.done():
+                self._all_settled.set_result(None)
 
     def project(
         self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
@@ -158,7 +190,7 @@ class LoadMonitor:
             return None
         block_size = reported.kv_block_size
         load = admitted_load(tier.value, pool.name, prompt_tokens, block_size, even_over_budget)
-        projected = ProjectedAdmission(load, self._clock, self._release)
+        projected = ProjectedAdmission(load, self._clock, self._release, self._on_settled)
         self._pending.append(projected)
         self._add(pool.name, load.blocks, 1.0)
         return projected

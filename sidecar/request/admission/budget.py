@@ -277,9 +277,10 @@ def _first_token_due(place: Placement) -> FirstTokenDue | None:
 
 def _confirm(projected: ProjectedAdmission | None, verdict: Verdict) -> None:
     if projected is not None:
-        projected.confirm(verdict.recorded_us)
-        if verdict.recorded_later is not None:  # charged behind: recorded then
-            verdict.recorded_later.then(projected.recorded)
+        later = verdict.recorded_later
+        projected.confirm(verdict.recorded_us, recorded_later=later is not None)
+        if later is not None:  # charged behind: recorded then
+            later.then(projected.recorded)
 
 
 def _short_of_tier_budget(verdict: Verdict) -> bool:

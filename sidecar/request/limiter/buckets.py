@@ -55,16 +55,16 @@ class BucketSpec:
 
 class LaterRecord:
     """When admissions charged behind them (limiter/headroom.py) are recorded with the
-    shared buckets: Redis's time (µs), once their charge is made; 0 until then, or
-    for good when it recorded nothing."""
+    shared buckets: Redis's time (µs), once their charge is made (0: it recorded nothing);
+    None until then."""
 
     def __init__(self) -> None:
-        self.recorded_us = 0
+        self.recorded_us: int | None = None
         self._waiting: list[Callable[[int], None]] = []
 
     def then(self, callback: Callable[[int], None]) -> None:
-        """`callback(recorded_us)` once recorded (at once when it is)."""
-        if self.recorded_us:
+        """`callback(recorded_us)` once the charge is made (at once when it is)."""
+        if self.recorded_us is not None:
             callback(self.recorded_us)
         else:
             self._waiting.append(callback)
@@ -72,7 +72,7 @@ class LaterRecord:
     def made(self, recorded_us: int) -> None:
         waiting, self._waiting = self._waiting, []
         self.recorded_us = recorded_us
-        for callback in waiting if recorded_us else ():
+        for callback in waiting:
             callback(recorded_us)
 
 

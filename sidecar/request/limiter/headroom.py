@@ -176,9 +176,7 @@ class Headroom:
             await asyncio.wait([self._launch(b, self._batches.pop(b)) for b in due])
 
     async def landed(self) -> None:
-        """Every charge sent so far has its answer: the admissions it recorded know when.
-        (A read of the records that a charge in flight may be in waits on this, or its
-        admissions would count twice: in the read, and as not recorded yet.)"""
+        """Every charge sent so far has its answer."""
         if self._sending:
             await asyncio.wait(set(self._sending))
 
