@@ -8,7 +8,9 @@ import time
 import aiohttp
 import pytest
 
+from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import Stack, StackOptions
+from tests.integration.helpers import failed_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -20,13 +22,20 @@ RATE = 3000.0  # P1's 35 % of the capacity below: 30 requests a second
 BURST = RATE * 0.5
 OFFERED_PER_GATEWAY = 45  # requests a second: together three times the budget
 KEY = "accuracy-p1"
+# Budgets kept in Redis throughout: on a busy machine a call can pass the default 10 ms,
+# and each spell of local budgets admits its share again (docs/faults.md).
+SHARED_THROUGHOUT = ("--redis-timeout-ms", "500")
 
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory):
     first = Stack(
         StackOptions.on_free_ports(
-            tmp_path_factory.mktemp("gw-a"), replicas=1, time_scale=0.05, envoy_concurrency=1
+            tmp_path_factory.mktemp("gw-a"),
+            replicas=1,
+            time_scale=0.05,
+            envoy_concurrency=1,
+            sidecar_args=SHARED_THROUGHOUT,
         )
     )
     with first:
@@ -37,6 +46,7 @@ def gateways(tmp_path_factory):
                 time_scale=0.05,
                 envoy_concurrency=1,
                 redis_url=first.redis_url,
+                sidecar_args=SHARED_THROUGHOUT,
             )
         )
         with second:
@@ -82,6 +92,14 @@ async def test_two_gateways_admit_the_configured_rate_within_3_percent(gateways)
     expected = (RATE * elapsed + BURST) / COST
     assert all(a > 0 for a, _ in results)  # both took from the one budget
     assert sum(s for _, s in results) > admitted  # the budget was the limit
+    # What would explain a miss: Envoy sending requests on undecided (past its message
+    # timeout), a sidecar deciding alone, admissions from a bucket's headroom.
+    metrics = [scrape(f"{g.sidecar_admin_url}/metrics") for g in gateways]
+    context = {
+        "sent on undecided": [failed_open(g) for g in gateways],
+        "budgets went local": [m["qos_budget_mode_switches_total{}"] for m in metrics],
+        "from headroom": [m["qos_budget_admitted_from_headroom_total{}"] for m in metrics],
+    }
     assert abs(admitted - expected) <= 0.03 * expected, (
-        f"admitted {admitted}, expected {expected:.0f} over {elapsed:.2f} s"
+        f"admitted {admitted}, expected {expected:.0f} over {elapsed:.2f} s; {context}"
     )
