@@ -28,6 +28,7 @@ class Shared:
         self.charges: list[tuple[float, BucketSpec, AdmittedLoad | None, int]] = []
         self.charged = asyncio.Event()
         self.fails = False
+        self.answers: asyncio.Event | None = None  # set: charges answer when it is set
 
     async def acquire(self, cost, buckets, load=None, otherwise=None) -> Verdict:
         self.asked += 1
@@ -43,6 +44,8 @@ class Shared:
         self.charged.set()
         level = self.buckets.settle(-tokens, [bucket])
         assert level is not None
+        if self.answers is not None:
+            await self.answers.wait()
         return Charged(level, 7 if load is not None else 0)
 
 
@@ -160,6 +163,23 @@ async def test_what_was_admitted_here_is_charged_before_redis_is_asked():
     verdict = await limiter.acquire(200, [TIER])  # beyond the headroom: asked
     assert [tokens for tokens, *_ in shared.charges] == [300]
     assert shared.asked == 2 and verdict.remaining == 400  # on the level it has all of
+
+
+async def test_a_charge_on_its_way_is_answered_before_redis_is_asked():
+    # Else Redis, on another connection, might answer on a level without it.
+    clock = Clock()
+    shared = Shared(clock)
+    limiter = headroom(shared, clock, interval=0.001)
+    await limiter.acquire(100, [TIER])
+    shared.answers = asyncio.Event()
+    await limiter.acquire(300, [TIER])
+    await shared.charged.wait()  # sent by the timer; its answer is on its way
+    asking = asyncio.create_task(limiter.acquire(200, [TIER]))  # beyond the headroom
+    done, _ = await asyncio.wait([asking], timeout=0.05)
+    assert not done and shared.asked == 1
+    shared.answers.set()
+    verdict = await asking
+    assert shared.asked == 2 and verdict.remaining == 400
 
 
 async def test_a_bucket_that_refused_lately_is_left_to_redis():

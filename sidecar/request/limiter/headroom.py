@@ -93,7 +93,7 @@ class Headroom:
         self._taken: dict[str, float] = {}  # key → tokens admitted here, not in a reading
         self._batches: dict[BucketSpec, _Batch] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self._sending: set[asyncio.Task[None]] = set()
+        self._sending: dict[asyncio.Task[None], str] = {}  # charges in flight: bucket key
         self.admitted = 0  # decisions made here
         self.charges_lost = 0  # admissions whose charge failed
 
@@ -108,8 +108,8 @@ class Headroom:
             verdict = self._from_headroom(cost, buckets[0], load)
             if verdict is not None:
                 return verdict
-        if buckets and self._batches:  # Redis decides on a level it has all of
-            await self._send_now(buckets[0].key)
+        if buckets and (self._batches or self._sending):  # a level Redis has all of
+            await self._charged(buckets[0].key)
         verdict = await self._inner.acquire(cost, buckets, load, otherwise)
         if buckets and not verdict.elsewhere:
             self._read(buckets[0], verdict)
@@ -168,12 +168,16 @@ class Headroom:
         for bucket, batch in batches.items():
             self._launch(bucket, batch)
 
-    async def _send_now(self, key: str) -> None:
-        """Charge what was admitted from the bucket `key` before asking Redis about it."""
-        due = [bucket for bucket in self._batches if bucket.key == key]
+    async def _charged(self, key: str) -> None:
+        """What was admitted from the bucket `key` is charged, before Redis is asked about
+        it: the batches not sent yet now, and those on their way answered (on another
+        connection, Redis might run the question before them)."""
+        for bucket in [b for b in self._batches if b.key == key]:
+            self._launch(bucket, self._batches.pop(bucket))
+        due = {task for task, charging in self._sending.items() if charging == key}
         if due:
             # Waited on, not awaited: a decision given up on does not cancel its charges.
-            await asyncio.wait([self._launch(b, self._batches.pop(b)) for b in due])
+            await asyncio.wait(due)
 
     async def landed(self) -> None:
         """Every charge sent so far has its answer."""
@@ -182,9 +186,12 @@ class Headroom:
 
     def _launch(self, bucket: BucketSpec, batch: _Batch) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._send(bucket, batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        self._sending[task] = bucket.key
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._sending.pop(task, None)
 
     async def _send(self, bucket: BucketSpec, batch: _Batch) -> None:
         try:
