@@ -161,11 +161,12 @@ class LoadMonitor:
             return
         self._unsettled = set(admissions)
         self._all_settled = asyncio.get_running_loop().create_future()
+        # Past the wait, what is still unsettled counts twice until the next read: the
+        # safe side.
         try:
-            async with asyncio.timeout(SETTLING_SECONDS):
-                await self._all_settled
-        except TimeoutError:
-            pass  # what is still unsettled counts twice until the next read: the safe side
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SETTLING_SECONDS):
+                    await self._all_settled
         finally:
             self._unsettled, self._all_settled = set(), None
 
@@ -173,7 +174,7 @@ class LoadMonitor:
         unsettled = self._unsettled
         if admission in unsettled:
             unsettled.discard(admission)
-            if not unsettled and self._all_settled is not None and not self._all_settled.done():
+            if not unsettled and self._all_settled is not None:
                 self._all_settled.set_result(None)
 
     def project(

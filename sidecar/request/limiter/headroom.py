@@ -184,14 +184,10 @@ class Headroom:
         if self._sending:
             await asyncio.wait(set(self._sending))
 
-    def _launch(self, bucket: BucketSpec, batch: _Batch) -> asyncio.Task[None]:
+    def _launch(self, bucket: BucketSpec, batch: _Batch) -> None:
         task = asyncio.get_running_loop().create_task(self._send(bucket, batch))
         self._sending[task] = bucket.key
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._sending.pop(task, None)
+        task.add_done_callback(self._sending.pop)
 
     async def _send(self, bucket: BucketSpec, batch: _Batch) -> None:
         try:
