@@ -56,6 +56,13 @@ CHARGED = {
     "/v1/audio/translations": ("audio", AUDIO),
 }
 OPERATIONAL = ["/pause", "/sleep", "/v1/load_lora_adapter", "/collective_rpc", "/update_weights"]
+# The engines' own routes under other spellings, and routes nobody lists.
+ENGINES_INSIDES = [
+    "/metricsX", "/metrics/x", "/metrics.json", "/metrics/", "/metrics?name=x",
+    "/tokenizer_info", "/ready", "/version", "/load", "/server_info/x", "/v1/models/a/b",
+    "/v1/chat/completions/x", "/V1/chat/completions", "/health_generate", "/nothing",
+]  # fmt: skip
+REFUSED = {"qos_unavailable", "route_not_found"}
 
 
 def spellings(path: str) -> list[str]:
@@ -183,6 +190,14 @@ def test_without_the_sidecar_envoy_still_refuses_the_engines_controls(gateway, t
         for path in ("/metrics", "/version", "/server_info", "/is_sleeping"):
             status, _headers, answer = send(listen, "GET", path)
             assert status == 404, (path, answer)
+        assert recorded(upstream)[seen:] == []
+        # Deny by default: what is not an API's route is refused undecided, whatever the
+        # engine serves under it (vLLM answers metrics on any path under /metrics).
+        for path in ENGINES_INSIDES:
+            for method in ("GET", "POST"):
+                status, _headers, answer = send(listen, method, path)
+                assert status in (404, 503), (method, path, answer)
+                assert json.loads(answer)["error"]["code"] in REFUSED, (path, answer)
         assert recorded(upstream)[seen:] == []
         send(listen, "GET", "/v1/models")  # what fails open does reach it
         assert len(recorded(upstream)) == seen + 1
