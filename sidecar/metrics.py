@@ -54,6 +54,19 @@ class SidecarMetrics:
             "(restarted empty, rolled back, or made anew), tenants and key hashes with it.",
             registry=self.registry,
         )
+        self.config_source = Gauge(
+            "qos_config_source",
+            "1 for where the configuration in force comes from: redis; local_copy (the "
+            "last known good copy on disk, Redis not reached since start); safe (neither: "
+            "core-only and no tenant known until Redis answers).",
+            ["source"],
+            registry=self.registry,
+        )
+        self.config_copy_version = Gauge(
+            "qos_config_copy_version",
+            "Version of the configuration this sidecar last wrote to its copy on disk.",
+            registry=self.registry,
+        )
         self.reports_refused = Counter(
             "qos_load_reports_refused",
             "Pushed load reports refused, never applied: unauthenticated (no token or the "

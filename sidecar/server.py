@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -21,11 +22,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import event_loop, logs, redis_connect, shutdown
 from sidecar.admin import admin_app
+from sidecar.config import envoy_layer, local_copy
 from sidecar.config.audit import Actor
+from sidecar.config.disk_writer import LatestOnDisk
 from sidecar.config.file_watch import FileWatch
+from sidecar.config.operator_state import OperatorMode
 from sidecar.config.runtime_layer import RuntimeLayerService
-from sidecar.config.store import ConfigStore
-from sidecar.config.watcher import ConfigWatcher
+from sidecar.config.state_dir import StateDir
+from sidecar.config.store import ConfigStore, Snapshot
+from sidecar.config.watcher import ConfigWatcher, Source
 from sidecar.deciders import build_decider
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.loops.fairness.watch import FairnessCollector, FairnessWatch
@@ -119,7 +124,28 @@ class SidecarServer:
         self._records_redis = self._connect()
         # A put back is recorded as this sidecar's: its host (a pod's name) and process.
         putter = Actor(f"sidecar {socket.gethostname()} pid {os.getpid()}", "sidecar")
-        self.watcher = ConfigWatcher(self.redis, actor=putter)
+        self.state = StateDir.resolve(settings.state_dir)
+        self.state.make()
+        copy_path = self.state.configuration_copy(settings.redis_url)
+        self.watcher = ConfigWatcher(self.redis, actor=putter, initial=_last_known(copy_path))
+        for source in Source.ALL:
+            self.metrics.config_source.labels(source).set_function(self._held_from(source))
+        # What it holds, on its own disk on every change (config/local_copy.py)...
+        where = redis_connect.redacted(settings.redis_url)
+        self._copy: LatestOnDisk[Snapshot] = LatestOnDisk(
+            lambda snapshot: local_copy.write(copy_path, snapshot, where),
+            f"the configuration's copy {copy_path}",
+        )
+        self.watcher.on_change(self._keep_copy)
+        self.metrics.config_copy_version.set_function(
+            lambda: float(self._copy.written.version if self._copy.written else 0)
+        )
+        # ...and the mode, where Envoy reads it without this sidecar (config/envoy_layer.py).
+        self._envoy_layer: LatestOnDisk[OperatorMode] = LatestOnDisk(
+            lambda mode: envoy_layer.write(self.state, mode),
+            f"Envoy's runtime layer {self.state.envoy_link}",
+        )
+        self.watcher.on_change(lambda snapshot: self._envoy_layer.submit(snapshot.mode))
         self.config_store = ConfigStore(self.redis)
         self.files = FileWatch(
             self.watcher,
@@ -249,6 +275,8 @@ class SidecarServer:
             self.ends.forward = self._siblings.forward
         # Started in this order, stopped in the reverse one.
         self._parts: list[Part] = [
+            self._copy,
+            self._envoy_layer,
             self.watcher,
             self.files,
             self.monitor,
@@ -262,6 +290,13 @@ class SidecarServer:
             self.history,
             *([self._siblings] if self._siblings is not None else []),
         ]
+
+    def _held_from(self, source: str) -> Callable[[], float]:
+        return lambda: float(self.watcher.source == source)
+
+    def _keep_copy(self, snapshot: Snapshot) -> None:
+        if snapshot.version > 0 and snapshot.store_id:  # a store's, not SAFE or a stand-in
+            self._copy.submit(snapshot)
 
     def _connect(self) -> redis.Redis:
         return redis_connect.connect(
@@ -351,6 +386,21 @@ class SidecarServer:
         for step in steps:
             await shutdown.bounded(step)
         log.info("sidecar stopped")
+
+
+def _last_known(path: Path) -> Snapshot | None:
+    """The copy on disk, or None (none, or refused: said, and SAFE is held instead)."""
+    try:
+        held = local_copy.read(path)
+    except local_copy.CopyRefused as error:
+        log.error("the configuration's copy on disk is refused, not used: %s", error)
+        return None
+    if held is not None:
+        log.info(
+            "last known good configuration read from disk",
+            extra={"version": held.version, "store": held.store_id, "file": str(path)},
+        )
+    return held
 
 
 def scrape_settings(settings: SidecarSettings) -> ScrapeSettings:

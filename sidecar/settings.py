@@ -31,6 +31,14 @@ class SidecarSettings:
         "a file of tenants and their API keys (or the keys' SHA-256) applied alike, for a "
         "mounted Secret",
     )
+    state_dir: str = setting(
+        "",
+        "QOS_STATE_DIR",
+        "the directory this sidecar keeps its state in: the last known good configuration "
+        "(served when it starts without Redis, put back into a Redis that lost it) and the "
+        "mode as a runtime layer Envoy reads itself; one per gateway, shared with its Envoy "
+        "(default: $XDG_STATE_HOME/qos-sidecar, or ~/.local/state/qos-sidecar)",
+    )
     decider: str = setting(
         "admission", "QOS_DECIDER", "decision policy: admission, or admit-all (QoS off)"
     )

@@ -31,12 +31,15 @@ TYPE_URL = "type.googleapis.com/envoy.service.runtime.v3.Runtime"
 CORE_ONLY_KEY = "qos.core_only"  # a percentage: the share of requests that fail closed
 
 
+def values(mode: OperatorMode) -> dict[str, int | str]:
+    """The layer's keys and values for `mode` (the same over RTDS and on disk)."""
+    return {CORE_ONLY_KEY: 100 if mode.mode is Mode.CORE_ONLY else 0, "qos.mode": mode.mode.value}
+
+
 def layer(mode: OperatorMode) -> struct_pb2.Struct:
-    values = struct_pb2.Struct()
-    values.update(
-        {CORE_ONLY_KEY: 100 if mode.mode is Mode.CORE_ONLY else 0, "qos.mode": mode.mode.value}
-    )
-    return values
+    struct = struct_pb2.Struct()
+    struct.update(values(mode))
+    return struct
 
 
 class RuntimeLayerService(rtds_pb2_grpc.RuntimeDiscoveryServiceServicer):

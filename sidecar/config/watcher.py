@@ -1,5 +1,11 @@
 """Keeps a sidecar's copy of the configuration current: pub/sub plus a version poll; and
-puts it back when Redis lost it (config/memory.py)."""
+puts it back when Redis lost it (config/memory.py).
+
+It starts from the last known good copy on disk (config/local_copy.py) when there is
+one, so a sidecar started while Redis is away decides on what operators set. With no
+copy and no Redis it holds what is safe (SAFE: core-only, no tenant known) until Redis
+answers: unknown is never taken for "normal".
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import redis.asyncio as redis
 from sidecar import redis_errors
 from sidecar.config import memory
 from sidecar.config.audit import PROGRAM, Actor, AuditEntry
+from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.store import (
     CHANGED_CHANNEL,
     REPAIR_HINT,
@@ -22,6 +29,20 @@ from sidecar.config.store import (
 )
 
 log = logging.getLogger(__name__)
+
+# What a sidecar holds before Redis has answered when it has no copy of its own: only
+# what core-only admits, and no tenant, so nothing it cannot tell from P2 goes upstream.
+SAFE = Snapshot(version=0, mode=OperatorMode(mode=Mode.CORE_ONLY))
+
+
+class Source:
+    """Where the configuration in force came from."""
+
+    REDIS = "redis"
+    LOCAL_COPY = "local_copy"  # the copy on disk, Redis not reached yet
+    SAFE = "safe"  # neither: SAFE
+
+    ALL = (REDIS, LOCAL_COPY, SAFE)
 
 
 class ConfigWatcher:
@@ -43,7 +64,9 @@ class ConfigWatcher:
         self._actor = actor  # who puts back a lost configuration: this sidecar
         self._store = ConfigStore(client)
         self._poll_seconds = poll_seconds
-        self.current = initial or Snapshot(version=0)
+        self.current = initial or SAFE
+        self.source = Source.LOCAL_COPY if initial is not None else Source.SAFE
+        self._announced = False
         self.refused_version: int | None = None
         self.problem: str | None = None
         self._started_on_problem = False
@@ -63,10 +86,18 @@ class ConfigWatcher:
     @property
     def not_ready_because(self) -> str | None:
         if self.unreached is not None:
-            return (
-                f"Redis not reached ({self.unreached}): the configuration is the defaults "
-                "and budgets are this sidecar's alone until it is"
-            )
+            if self.source == Source.LOCAL_COPY:
+                held = (
+                    f"deciding on the last known good configuration, version "
+                    f"{self.current.version} of store {self.current.store_id}, from disk"
+                )
+            else:
+                held = (
+                    "no copy of the configuration on disk: holding what is safe (core-only, "
+                    "no tenant known)"
+                )
+            alone = "budgets are this sidecar's alone until it is"
+            return f"Redis not reached ({self.unreached}): {held}; {alone}"
         if self._started_on_problem:
             return f"{self.problem}\n{REPAIR_HINT}"
         return None
@@ -88,7 +119,22 @@ class ConfigWatcher:
         except redis.RedisError as error:
             redis_errors.note("config")
             self.unreached = str(error) or type(error).__name__
-            log.error("config not loaded, running on defaults, NOT READY: %s", error)
+            if self.source == Source.LOCAL_COPY:
+                log.error(
+                    "Redis not reached (%s), NOT READY: deciding on the last known good "
+                    "configuration from disk (version %s of store %s) until it is",
+                    error,
+                    self.current.version,
+                    self.current.store_id,
+                )
+            else:
+                log.error(
+                    "Redis not reached (%s) and no copy of the configuration on disk, NOT "
+                    "READY: holding what is safe (core-only, no tenant known) until it is",
+                    error,
+                )
+        if not self._announced:  # what it holds from the start (a copy, or SAFE)
+            self._announce(self.current)
         self._tasks = [
             asyncio.create_task(self._poll(), name="config-poll"),
             asyncio.create_task(self._listen(), name="config-listen"),
@@ -112,10 +158,12 @@ class ConfigWatcher:
                 # it back (or find it put back by another sidecar at the next look).
                 if await memory.put_back(self._redis, held, state, self._actor):
                     self._put_back(held, state)
+                self.source = Source.REDIS
                 return
             if held.version == 0 and not state.identity:
                 await self._store.initialize()  # holding nothing: an empty store is new
             elif (state.version, state.identity) == (held.version, held.store_id):
+                self.source = Source.REDIS
                 return
             if state.version == self.refused_version:
                 return
@@ -141,11 +189,16 @@ class ConfigWatcher:
                 self.problem = None
                 self._started_on_problem = False
             previous, self.current = self.current, snapshot
+            self.source = Source.REDIS
             log.info(
                 "config loaded",
                 extra={"version": snapshot.version, "tenants": len(snapshot.tenants)},
             )
             _log_changes(previous, snapshot)
+        self._announce(snapshot)
+
+    def _announce(self, snapshot: Snapshot) -> None:
+        self._announced = True
         for listener in self._listeners:
             listener(snapshot)
 

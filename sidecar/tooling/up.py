@@ -55,6 +55,13 @@ class Settings:
     mock_base_port: int = setting(8001, None, "port of the first mock vLLM replica")
     time_scale: float = setting(1.0, None, "mock vLLM time scale (0.1 = ten times faster)")
     log_dir: str = setting("", None, "where component logs go (default: a new temp folder)")
+    state_dir: str = setting(
+        "",
+        "QOS_STATE_DIR",
+        "the sidecar's state directory, shared with Envoy: the last known good "
+        "configuration and the mode (default: $XDG_STATE_HOME/qos-sidecar, or "
+        "~/.local/state/qos-sidecar)",
+    )
     demo: bool = setting(False, None, "send one chat completion through Envoy once up")
 
 
@@ -137,6 +144,7 @@ def _run(
         ),
         time_scale=settings.time_scale,
         engines=engines,
+        state_dir=Path(settings.state_dir) if settings.state_dir else None,
     )
     stack = Stack(options)
     try:

@@ -17,7 +17,10 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from sidecar.ports import free_port
+from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
+from sidecar.tooling.stack.processes import ManagedProcess
 from sidecar.tooling.stack.stack import Stack, StackOptions
 
 __all__ = [
@@ -29,14 +32,52 @@ __all__ = [
     "flood",
     "p1_in_flight",
     "readyz",
+    "recorded",
+    "recording_upstream",
     "run_cli",
     "scrape",
     "settlement_counts",
     "sidecar_config_version",
     "stack_with_tenant",
     "stack_with_tenants",
+    "to_one_upstream",
     "wait_until",
 ]
+
+
+@contextmanager
+def recording_upstream(work_dir: Path) -> Iterator[int]:
+    """A model server that routes as vLLM's does and records every request that reaches
+    it (tests/integration/starlette_upstream.py): its port, while the block lasts."""
+    port = free_port()
+    upstream = ManagedProcess(
+        "recorder",
+        [sys.executable, "-m", "uvicorn", "tests.integration.starlette_upstream:app",
+         "--port", str(port), "--log-level", "warning"],
+        work_dir / f"recorder-{port}.log",
+    )  # fmt: skip
+    upstream.start_ready(lambda: readiness.http_ok(f"http://127.0.0.1:{port}/__recorded"))
+    try:
+        yield port
+    finally:
+        upstream.stop()
+
+
+def recorded(upstream: int) -> list[dict]:
+    """What reached the recording model server, in order."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{upstream}/__recorded", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def to_one_upstream(config: dict, port: int) -> dict:
+    """An Envoy config (in place) whose default pool is the one server on `port`."""
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] == "vllm":
+            (endpoints,) = cluster["load_assignment"]["endpoints"]
+            endpoints["lb_endpoints"] = endpoints["lb_endpoints"][:1]
+            address = endpoints["lb_endpoints"][0]["endpoint"]["address"]
+            address["socket_address"]["port_value"] = port
+    return config
 
 
 @contextmanager

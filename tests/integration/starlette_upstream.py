@@ -43,6 +43,7 @@ class Recording:
                     "path": scope["path"],
                     "raw_path": scope.get("raw_path", b"").decode("latin-1"),
                     "tier": headers.get("x-qos-tier"),
+                    "key": headers.get("authorization", "").removeprefix("Bearer "),
                     "decision": headers.get("x-qos-decision"),
                 }
             )

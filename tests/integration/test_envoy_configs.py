@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,21 +21,30 @@ FULL_CONFIGS = sorted(
 
 
 def validate(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            envoy_config.envoy_binary(),
-            "--mode",
-            "validate",
-            "-c",
-            str(path),
-            "--disable-hot-restart",
-            "--log-level",
-            "error",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """Envoy's verdict on `path`; its mode layer reads an empty state directory where the
+    one it names (the shipped /var/lib/qos-sidecar) is not on this machine: Envoy
+    refuses a config whose directory is missing."""
+    config = envoy_config.load(path)
+    with tempfile.TemporaryDirectory() as state:
+        if not envoy_config.state_dir_of(config).is_dir():
+            path = envoy_config.write(
+                envoy_config.with_state_dir(config, Path(state)), Path(state) / path.name
+            )
+        return subprocess.run(
+            [
+                envoy_config.envoy_binary(),
+                "--mode",
+                "validate",
+                "-c",
+                str(path),
+                "--disable-hot-restart",
+                "--log-level",
+                "error",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 # What makes the path Envoy forwards the one the sidecar decides on.

@@ -7,9 +7,7 @@ from __future__ import annotations
 import functools
 import http.client
 import json
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -17,10 +15,14 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from sidecar.ports import free_port
-from sidecar.tooling.stack import readiness
-from sidecar.tooling.stack.processes import ManagedProcess
 from sidecar.tooling.stack.stack import start_envoy
-from tests.integration.helpers import scrape, stack_with_tenants
+from tests.integration.helpers import (
+    recorded,
+    recording_upstream,
+    scrape,
+    stack_with_tenants,
+    to_one_upstream,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -79,30 +81,15 @@ def gateway(tmp_path_factory):
     the recording Starlette server."""
     work = tmp_path_factory.mktemp("routes")
     tenants = {"routes": ("p2", P2_KEY), "routes-pay": ("p0", P0_KEY)}
-    with stack_with_tenants(work, tenants, replicas=1) as stack:
-        port = free_port()
-        upstream = ManagedProcess(
-            "starlette",
-            [sys.executable, "-m", "uvicorn", "tests.integration.starlette_upstream:app",
-             "--port", str(port), "--log-level", "warning"],
-            work / "starlette.log",
-        )  # fmt: skip
-        upstream.start_ready(lambda: readiness.http_ok(f"http://127.0.0.1:{port}/__recorded"))
+    with stack_with_tenants(work, tenants, replicas=1) as stack, recording_upstream(work) as port:
         listen, admin = free_port(), free_port()
-        config = stack.envoy_config(listen, admin)
-        for cluster in config["static_resources"]["clusters"]:
-            if cluster["name"] == "vllm":
-                (endpoints,) = cluster["load_assignment"]["endpoints"]
-                endpoints["lb_endpoints"] = endpoints["lb_endpoints"][:1]
-                address = endpoints["lb_endpoints"][0]["endpoint"]["address"]
-                address["socket_address"]["port_value"] = port
+        config = to_one_upstream(stack.envoy_config(listen, admin), port)
         envoy = start_envoy(config, work, admin, name="envoy-routes", concurrency=1)
         try:
             stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
             yield stack, listen, port
         finally:
             envoy.stop()
-            upstream.stop()
 
 
 def send(port: int, method: str, path: str, body: dict | bytes | None = None, key: str = P2_KEY):
@@ -121,11 +108,6 @@ def send(port: int, method: str, path: str, body: dict | bytes | None = None, ke
         return response.status, dict(response.getheaders()), response.read()
     finally:
         connection.close()
-
-
-def recorded(upstream: int) -> list[dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{upstream}/__recorded", timeout=5) as r:
-        return json.loads(r.read())
 
 
 def charged(stack, route: str) -> float:

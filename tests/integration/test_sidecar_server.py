@@ -12,6 +12,8 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sidecar.config import envoy_layer
+from sidecar.config.state_dir import StateDir
 from sidecar.ports import free_port
 from sidecar.request.extproc.client import ExtProcClient
 from sidecar.shutdown import EXIT_SECONDS
@@ -186,3 +188,35 @@ def test_a_sidecar_that_cannot_reach_or_verify_redis_is_not_ready(tmp_path, sche
             server.stop()
     finally:
         running.process.stop()
+
+
+@pytest.mark.asyncio
+async def test_without_redis_or_a_copy_on_disk_the_sidecar_holds_what_is_safe(tmp_path):
+    """Nothing known: core-only (to Envoy on disk too), no tenant, and it says so; once an
+    empty Redis answers it starts a new store like any first start."""
+    port = free_port()
+    state = tmp_path / "state"
+    running = start_sidecar(
+        tmp_path, f"redis://127.0.0.1:{port}/0", name="unknowing", state_dir=state
+    )
+    try:
+        status, body = readyz(running.admin_url)
+        assert status == 503 and "holding what is safe" in body and "core-only" in body
+        samples = scrape(f"{running.admin_url}/metrics")
+        assert samples['qos_config_source{source="safe"}'] == 1
+        assert envoy_layer.read(StateDir(state))["qos.core_only"] == "100"
+        async with grpc.aio.insecure_channel(running.grpc_address) as channel:
+            answer = await ExtProcClient(channel).decide(json.loads(BODY))
+        assert answer.immediate_response.details == "qos_shed_core_only"
+        server = start_redis_server(tmp_path, port)
+        try:
+            await wait_until(lambda: readyz(running.admin_url)[0] == 200, what="ready")
+            await wait_until(
+                lambda: envoy_layer.read(StateDir(state)).get("qos.core_only") == "0",
+                what="normal, as a new store says",
+            )
+        finally:
+            server.stop()
+    finally:
+        running.process.stop()
+    assert "holding what is safe" in running.process.log_path.read_text()

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from sidecar.config.state_dir import StateDir
+
 ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"
 LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
 # The HTTP filters QoS adds, in their order: the one that lifts a whole answer's usage
@@ -21,6 +23,10 @@ QOS_FILTERS = (
     "envoy.filters.http.ext_proc",
     "envoy.filters.http.lua",
 )
+
+
+# The disk runtime layer that holds the mode while no sidecar answers.
+LAST_KNOWN_LAYER = "qos-last-known"
 
 
 def envoy_binary() -> str:
@@ -81,11 +87,15 @@ def adapt(
     sidecar: tuple[str, int],
     upstreams: list[tuple[str, int]],
     pools: dict[str, list[tuple[str, int]]] | None = None,
+    state_dir: Path | None = None,
 ) -> dict[str, Any]:
     """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced,
     and a cluster per model pool (named after it, as the x-qos-pool route wants) when
-    `pools` names their upstreams; the default cluster `vllm` keeps `upstreams`."""
+    `pools` names their upstreams; the default cluster `vllm` keeps `upstreams`. Its disk
+    runtime layer follows the link in the sidecar's `state_dir`, when given."""
     config = copy.deepcopy(config)
+    if state_dir is not None:
+        with_state_dir(config, state_dir)
     config["admin"]["address"] = _socket("127.0.0.1", admin_port)
     resources = config["static_resources"]
     _by_name(resources["listeners"], "llm_ingress")["address"] = _socket(*listen)
@@ -101,6 +111,21 @@ def adapt(
         cluster["load_assignment"]["endpoints"] = _endpoints(addresses)
         clusters.append(cluster)
     return config
+
+
+def _last_known_layer(config: dict[str, Any]) -> dict[str, Any]:
+    return _by_name(config["layered_runtime"]["layers"], LAST_KNOWN_LAYER)["disk_layer"]
+
+
+def with_state_dir(config: dict[str, Any], state_dir: Path) -> dict[str, Any]:
+    """`config` (in place) reading the mode from the sidecar's state directory."""
+    _last_known_layer(config)["symlink_root"] = str(StateDir(state_dir).envoy_link)
+    return config
+
+
+def state_dir_of(config: dict[str, Any]) -> Path:
+    """The sidecar state directory whose mode `config` reads."""
+    return Path(_last_known_layer(config)["symlink_root"]).parent
 
 
 def _endpoints(addresses: list[tuple[str, int]]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ first stopped, even when a later one fails to start.
 
 from __future__ import annotations
 
+import copy
 import secrets
 import sys
 import urllib.parse
@@ -18,6 +19,7 @@ from typing import Any
 
 from sidecar import redis_connect
 from sidecar.config.schema import OverloadConfig
+from sidecar.config.state_dir import StateDir
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.admin_client import StackConfig
@@ -75,6 +77,8 @@ class StackOptions:
     # How the sidecar learns the pods' load: "push", a reporter beside each; "scrape",
     # the sidecar reads their /metrics itself every report_interval.
     load_source: str = "push"
+    # The sidecar's state directory, shared with Envoy (None: the sidecar's default).
+    state_dir: Path | None = None
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -87,6 +91,7 @@ class StackOptions:
             admin_port=free_port(),
             redis_port=free_port(),
             mock_ports=tuple(free_port() for _ in range(replicas)),
+            state_dir=work_dir / "state",  # a test's own, never the user's
         )
         return cls(work_dir=work_dir, **{**ports, **overrides})  # type: ignore[arg-type]
 
@@ -198,6 +203,10 @@ class Stack:
         )
 
     @property
+    def state(self) -> StateDir:
+        return StateDir.resolve(str(self.options.state_dir or ""))
+
+    @property
     def redis_process_name(self) -> str | None:
         return None if self.options.redis_url else f"redis-{self.options.redis_port}"
 
@@ -296,6 +305,7 @@ class Stack:
                 grpc_port=self.options.grpc_port,
                 admin_port=self.options.admin_port,
                 name=name,
+                state_dir=self.state.path,
                 env={
                     **dict(self.options.sidecar_env),
                     ADMIN_TOKEN_ENV: self.admin_token,
@@ -380,6 +390,7 @@ class Stack:
             sidecar=("127.0.0.1", self.options.grpc_port),
             upstreams=self._default_upstreams(),
             pools=self._pool_upstreams(),
+            state_dir=self.state.path,
         )
 
     def _default_upstreams(self) -> list[tuple[str, int]]:
@@ -423,7 +434,13 @@ def start_envoy(
     name: str = "envoy",
     concurrency: int = 0,
 ) -> ManagedProcess:
-    """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns."""
+    """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns.
+    A config whose mode layer follows no sidecar's state directory here (the shipped
+    path) reads an empty one of its own: Envoy does not start on a missing directory."""
+    if not envoy_config.state_dir_of(config).is_dir():
+        state = work_dir / f"{name}-state"
+        state.mkdir(parents=True, exist_ok=True)
+        config = envoy_config.with_state_dir(copy.deepcopy(config), state)
     path = envoy_config.write(config, work_dir / f"{name}.yaml")
     argv = [
         envoy_config.envoy_binary(),
@@ -457,9 +474,11 @@ def start_sidecar(
     admin_port: int = 0,
     python: str = sys.executable,
     env: dict[str, str] | None = None,
+    state_dir: Path | None = None,
 ) -> RunningSidecar:
     """`qos-sidecar serve` (on free ports unless given), ready when it returns; `python`:
-    another interpreter (a venv with other library versions, for the benches). Secrets
+    another interpreter (a venv with other library versions, for the benches); its state
+    directory `state_dir`, by default one of its own under `work_dir`. Secrets
     (the Redis URL, which may hold a password; `env`'s) go in its environment, never on
     its command line, where any local user reads them."""
     grpc_port = grpc_port or free_port()
@@ -478,6 +497,8 @@ def start_sidecar(
             str(grpc_port),
             "--admin-port",
             str(admin_port),
+            "--state-dir",
+            str(state_dir or work_dir / f"{name}-state"),
             *extra,
         ],
         work_dir / f"{name}.log",
