@@ -152,6 +152,7 @@ class SidecarServer:
             self.config_store,
             Path(settings.config_file) if settings.config_file else None,
             Path(settings.tenants_file) if settings.tenants_file else None,
+            max_revoked_share=settings.tenants_file_max_revoked_share,
         )
         for path in self.files.files:
             self.metrics.config_file_refused.labels(str(path)).set_function(

@@ -31,6 +31,13 @@ class SidecarSettings:
         "a file of tenants and their API keys (or the keys' SHA-256) applied alike, for a "
         "mounted Secret",
     )
+    tenants_file_max_revoked_share: float = setting(
+        0.5,
+        "QOS_TENANTS_FILE_MAX_REVOKED_SHARE",
+        "the largest share of the tenants a tenants file declared that one change of the "
+        "file may remove (more than one); a file that would remove more is refused unless "
+        "it says max_revoked_share itself",
+    )
     state_dir: str = setting(
         "",
         "QOS_STATE_DIR",

@@ -5,9 +5,11 @@ written), and only into the store the sidecar read (StoreLost otherwise)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 
 import redis.asyncio as redis
@@ -48,10 +50,9 @@ async def write_tenants(
     """The tenants `path` declares, unless the store holds them so; True when written."""
     if in_force(held, declared, path):
         return False
-    tenants = {
-        name: {"record": tenant.record().model_dump_json(), "digests": sorted(tenant.digests())}
-        for name, tenant in declared.items()
-    }
+    # Thousands of tenants take a good part of a second to write out: not on the loop
+    # that decides requests.
+    tenants, entry = await asyncio.to_thread(_declaration, held, declared, path)
     result = await client.eval(
         DECLARE,
         6,
@@ -64,8 +65,8 @@ async def write_tenants(
         held.store_id,
         path,
         tenant_keys_key(""),
-        json.dumps(tenants),
-        tenants_entry(held, declared, path).to_json(),
+        tenants,
+        entry,
         AUDIT_KEPT,
     )
     outcome = result[0].decode() if isinstance(result[0], bytes) else result[0]
@@ -73,6 +74,17 @@ async def write_tenants(
         raise StoreLost(f"Redis no longer holds the store {held.store_id}")
     await client.publish(CHANGED_CHANNEL, str(int(result[1])))
     return True
+
+
+def _declaration(
+    held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str
+) -> tuple[str, str]:
+    """The declared tenants as the script takes them (JSON), and the record of the change."""
+    tenants = {
+        name: {"record": tenant.record().model_dump_json(), "digests": sorted(tenant.digests())}
+        for name, tenant in declared.items()
+    }
+    return json.dumps(tenants), tenants_entry(held, declared, path).to_json()
 
 
 def tenants_entry(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> AuditEntry:
@@ -106,6 +118,28 @@ def in_force(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) 
             return False
     gone = [name for name, owner in held.declared_tenants.items() if owner == path]
     return all(name in declared for name in gone)
+
+
+@dataclass(frozen=True)
+class Revoked:
+    """The tenants applying a tenants file would remove of those it declared before."""
+
+    tenants: int
+    before: int
+
+    def beyond(self, share: float) -> bool:
+        """More than `share` of them, and more than one."""
+        return self.tenants > 1 and self.tenants > share * self.before
+
+    def __str__(self) -> str:
+        return f"{self.tenants} of the {self.before} tenants it declared"
+
+
+def revoked(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> Revoked:
+    """The tenants `path` declared in the store that `declared` leaves out (with them, all
+    their keys: a key rotated within a tenant it keeps is no revocation)."""
+    before = [name for name, owner in held.declared_tenants.items() if owner == path]
+    return Revoked(sum(1 for name in before if name not in declared), len(before))
 
 
 def _keys_of(held: Snapshot) -> dict[str, set[str]]:

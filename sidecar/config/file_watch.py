@@ -4,7 +4,14 @@ swapped behind a symlink, so its content is what is compared. Only a change of t
 is applied, not every difference from Redis: while a rollout runs old pods beside new
 ones, each with its own version of the file, they do not write in turn. A file that does
 not read or validate is refused whole, logged once, and reported (the metric
-`qos_config_file_refused{file}`, `/readyz`); the last good configuration serves."""
+`qos_config_file_refused{file}`, `/readyz`); the last good configuration serves.
+
+A file is read again only when its metadata changed (inode, size, modification time), and
+read and validated in a thread, off the event loop that decides requests. A tenants file
+that would remove more than `max_revoked_share` of the tenants it declared (and more than
+one) is refused too: an editor's half-written file, or a mount that lost its content, is
+not taken for the operators' wish to revoke them.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +25,8 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.declared import write_config, write_tenants
-from sidecar.config.files import FileRefused, Read, read_config, read_tenants
+from sidecar.config.declared import revoked, write_config, write_tenants
+from sidecar.config.files import FileRefused, Read, TenantsFile, read_config, read_tenants
 from sidecar.config.store import ConfigStore, Snapshot, StoreLost
 from sidecar.config.watcher import ConfigWatcher
 
@@ -34,14 +41,18 @@ class FileWatch:
         config_file: Path | None,
         tenants_file: Path | None,
         every_seconds: float = 1.0,
+        max_revoked_share: float = 0.5,
     ) -> None:
         self._watcher = watcher
         self._store = store
         self._config_file = config_file
         self._tenants_file = tenants_file
         self._every = every_seconds
+        self._max_revoked_share = max_revoked_share
         self.refused: dict[str, str] = {}  # file → why, while it is refused
         self._applied: dict[str, str] = {}  # file → the content's fingerprint, once applied
+        # file → its metadata when last read, and what the read gave
+        self._read: dict[str, tuple[tuple[int, ...], Read | FileRefused]] = {}
         self._background = Background()
 
     @property
@@ -80,24 +91,54 @@ class FileWatch:
         read: Callable[[Path], Read],
         write: Callable[[Snapshot, Any, str], Awaitable[bool]],
     ) -> None:
+        found = await self._read_if_changed(path, read)
+        if isinstance(found, FileRefused):
+            self._refuse(path, str(found))
+            return
+        if self._applied.get(str(path)) == found.fingerprint:
+            self._accept(path)
+            return  # no change of the file since it was applied
         try:
-            found = read(path)
+            written = await write(self._watcher.current, found.declared, str(path))
         except FileRefused as error:
             self._refuse(path, str(error))
             return
         self._accept(path)
-        if self._applied.get(str(path)) == found.fingerprint:
-            return  # no change of the file since it was applied
-        if await write(self._watcher.current, found.declared, str(path)):
+        if written:
             log.info("configuration file applied", extra={"file": str(path)})
             await self._watcher.refresh()
         self._applied[str(path)] = found.fingerprint
 
+    async def _read_if_changed(
+        self, path: Path, read: Callable[[Path], Read]
+    ) -> Read | FileRefused:
+        seen = _metadata(path)
+        last = self._read.get(str(path))
+        if last is not None and last[0] == seen and seen:
+            return last[1]
+        try:
+            found: Read | FileRefused = await asyncio.to_thread(read, path)
+        except FileRefused as error:
+            found = error
+        except Exception as error:  # whatever would crash the reader refuses the file
+            found = FileRefused(f"{path} refused: it could not be read ({error!r})")
+        self._read[str(path)] = (seen, found)
+        return found
+
     async def _write_config(self, held: Snapshot, config: Any, path: str) -> bool:
         return await write_config(self._store, held, config, path)
 
-    async def _write_tenants(self, held: Snapshot, tenants: Any, path: str) -> bool:
-        return await write_tenants(self._store.client, held, tenants, path)
+    async def _write_tenants(self, held: Snapshot, file: TenantsFile, path: str) -> bool:
+        allowed = file.max_revoked_share
+        allowed = self._max_revoked_share if allowed is None else allowed
+        taken = revoked(held, file.tenants, path)
+        if taken.beyond(allowed):
+            raise FileRefused(
+                f"{path} refused: it would revoke {taken}, more than the share of "
+                f"{allowed:g} allowed at once (a change meant so says max_revoked_share "
+                "in the file, or the sidecars allow more: --tenants-file-max-revoked-share)"
+            )
+        return await write_tenants(self._store.client, held, file.tenants, path)
 
     def _refuse(self, path: Path, why: str) -> None:
         if self.refused.get(str(path)) != why:  # once per problem, not every second
@@ -116,3 +157,13 @@ class FileWatch:
             except Exception:  # the loop outlives anything the client library raises
                 redis_errors.note("config")
                 log.exception("applying the configuration files failed")
+
+
+def _metadata(path: Path) -> tuple[int, ...]:
+    """What changes when the file does, a mounted one swapped behind its link included
+    (stat follows the link); () when there is no file to stat."""
+    try:
+        facts = path.stat()
+    except OSError:
+        return ()
+    return (facts.st_dev, facts.st_ino, facts.st_size, facts.st_mtime_ns)

@@ -3,6 +3,12 @@ ConfigMap) and tenants with their API keys (for a mounted Secret). A file is tak
 or not at all: one that does not validate is refused with its path and each key named.
 Pure but for reading the file.
 
+A file is read within bounds, before anything is built from it: at most MAX_BYTES, YAML
+nested at most MAX_DEPTH deep, no aliases (one alias can stand for a billion nodes), at
+most MAX_TENANTS tenants. A file that holds nothing (empty, or only comments: an editor's
+rewrite caught half-way, a mount gone) is refused: one that means "no tenants" says
+`tenants: {}`, one that means "every default" says `{}`.
+
 The tenants file:
 
     tenants:
@@ -10,6 +16,9 @@ The tenants file:
         tier: p0
         api_keys: [qsk-..., "sha256:9f86d081..."]   # a key, or its SHA-256 (hex)
         rate_tokens_per_second: 2000                 # any field of a tenant
+    # Only in a change meant to revoke more tenants at once than the sidecars allow
+    # (--tenants-file-max-revoked-share): the share this version of the file may revoke.
+    max_revoked_share: 1.0
 """
 
 from __future__ import annotations
@@ -30,6 +39,12 @@ from sidecar.config.store import hash_api_key as _hash
 from sidecar.config.tenants import KEY, KEY_RULE, NAME
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+MAX_BYTES = 32 * 1024 * 1024
+MAX_DEPTH = 32
+MAX_TENANTS = 100_000
+# libyaml's parser where it is built in (pure Python's is ten times slower).
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 TenantName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
 
@@ -59,7 +74,8 @@ class DeclaredTenant(Tenant):
 
 
 class TenantsFile(Strict):
-    tenants: dict[TenantName, DeclaredTenant] = Field(default_factory=dict)
+    tenants: dict[TenantName, DeclaredTenant]
+    max_revoked_share: float | None = Field(default=None, ge=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -73,9 +89,9 @@ class Read:
 def read_config(path: Path) -> Read:
     """The document a configuration file declares (keys it omits take their defaults)."""
     text, fingerprint = _text(path)
-    document = _parsed(path, text)
+    document = _parsed(path, text, "every default says `{}`")
     try:
-        return Read(fingerprint, QosConfig.from_partial(document or {}))
+        return Read(fingerprint, QosConfig.from_partial(document))
     except ValidationError as error:
         raise FileRefused(f"{path} refused:\n{describe(error)}") from None
     except ValueError as error:
@@ -83,28 +99,56 @@ def read_config(path: Path) -> Read:
 
 
 def read_tenants(path: Path) -> Read:
-    """The tenants a tenants file declares, by name."""
+    """The tenants a tenants file declares (a TenantsFile)."""
     text, fingerprint = _text(path)
-    document = _parsed(path, text)
+    document = _parsed(path, text, "no tenants says `tenants: {}`")
+    tenants = document.get("tenants") if isinstance(document, dict) else None
+    if isinstance(tenants, dict) and len(tenants) > MAX_TENANTS:
+        raise FileRefused(f"{path} refused: more than {MAX_TENANTS} tenants")
     try:
-        return Read(fingerprint, TenantsFile.model_validate(document or {}).tenants)
+        return Read(fingerprint, TenantsFile.model_validate(document))
     except ValidationError as error:
         raise FileRefused(f"{path} refused:\n{describe(error)}") from None
 
 
 def _text(path: Path) -> tuple[str, str]:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read(MAX_BYTES + 1)
     except OSError as error:
         raise FileRefused(f"{path} refused: {error.strerror or error}") from None
+    if len(raw) > MAX_BYTES:
+        raise FileRefused(f"{path} refused: larger than {MAX_BYTES // 1024 // 1024} MiB")
     try:
         return raw.decode(), hashlib.sha256(raw).hexdigest()
     except UnicodeDecodeError:
         raise FileRefused(f"{path} refused: not UTF-8") from None
 
 
-def _parsed(path: Path, text: str) -> Any:
+def _parsed(path: Path, text: str, meant_empty: str) -> Any:
     try:
-        return yaml.safe_load(text)  # JSON is YAML too
+        _within_bounds(path, text)
+        document = yaml.load(text, Loader=_Loader)  # JSON is YAML too
     except yaml.YAMLError as error:
         raise FileRefused(f"{path} refused: not YAML: {error}") from None
+    if document is None:
+        raise FileRefused(
+            f"{path} refused: it holds nothing (empty, or only comments); a file that means "
+            + meant_empty
+        )
+    return document
+
+
+def _within_bounds(path: Path, text: str) -> None:
+    """Walk the file's YAML events (no objects built) and refuse what would be too deep
+    to build, or aliased."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise FileRefused(f"{path} refused: nested deeper than {MAX_DEPTH}")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            raise FileRefused(f"{path} refused: YAML aliases (*name) are not taken here")

@@ -10,12 +10,20 @@ import time
 import grpc
 import pytest
 import redis
+import redis.asyncio as aioredis
 import yaml
 
 from sidecar.config.store import ConfigStore, hash_api_key
 from sidecar.request.extproc.client import ExtProcClient
 from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
-from tests.integration.helpers import readyz, run_cli, wait_until
+from tests.integration.helpers import (
+    SteadyLoad,
+    chat_once,
+    readyz,
+    run_cli,
+    stack_with_tenants,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -125,3 +133,107 @@ async def test_a_tenants_file_keeps_only_key_hashes_and_is_the_tenants_own(
     assert await tier_of(sidecar.grpc_address, "k-pay-2") == "p0"
     assert await tier_of(sidecar.grpc_address, "k-pay") == "p2"  # revoked: anonymous
     assert await tier_of(sidecar.grpc_address, "k-care") == "p2"  # its tenant removed
+
+
+def file_refused(sidecar, path) -> bool:
+    return scrape(f"{sidecar.admin_url}/metrics")[f'qos_config_file_refused{{file="{path}"}}'] == 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_tenants_file_not_whole_is_refused_whole_at_start_too(
+    sidecars, aredis, redis_url, tmp_path
+):
+    """Emptied, half-written (cut mid-record, or at a line that drops most tenants), nested
+    20 000 deep: each refused whole, the tenants and keys in force unchanged, the sidecar
+    up, and one started on such a file up too."""
+    path = tmp_path / "tenants.yaml"
+    whole = {
+        "tenants": {
+            "pay": {"tier": "p0", "api_keys": ["k-pay"]},
+            "care": {"tier": "p1", "api_keys": ["k-care"]},
+            "bulk": {"tier": "p2", "api_keys": ["k-bulk"]},
+        }
+    }
+    write(path, whole)
+    sidecar = sidecars("--tenants-file", str(path))
+    store = ConfigStore(aredis)
+    await in_force(store, [sidecar], lambda s: set(s.tenants) == {"pay", "care", "bulk"})
+    held = await store.load()
+    text = path.read_text()
+    spoiled = {
+        "emptied": "",
+        "cut mid-record": text[: text.index("tier: p1") + 7],
+        "cut at a line": text[: text.index("  care:")],
+        "20 000 deep": "tenants:\n" + "".join(f"{' ' * i}- \n" for i in range(1, 20_000)),
+    }
+    started = [sidecar]
+    for what, content in spoiled.items():
+        path.write_text(content)  # in place, as an editor writes it
+        await wait_until(lambda: file_refused(sidecar, path), within=5, what=what)
+        if what == "20 000 deep":
+            started.append(sidecars("--tenants-file", str(path)))  # at start too
+            await wait_until(lambda: file_refused(started[-1], path), within=5, what="at start")
+        now = await store.load()
+        assert (now.version, now.tenants, now.api_keys) == (
+            held.version,
+            held.tenants,
+            held.api_keys,
+        ), what
+        for running in started:
+            assert await tier_of(running.grpc_address, "k-pay") == "p0", what
+            status, body = readyz(running.admin_url)
+            assert status == 200 and "refused" in body and str(path) in body, what
+    # A key the file declares is the file's: moving it takes --override like any change.
+    code, said = await run_cli(
+        redis_url, "tenants", "add", "thief", "--tier", "p0", "--api-key", "k-care", "--move-key"
+    )
+    assert code == 2 and str(path) in said
+    # Whole again: accepted, nothing to change.
+    write(path, whole)
+    for running in started:
+        await wait_until(lambda r=running: not file_refused(r, path), within=5, what="accepted")
+    assert (await store.load()).version == held.version
+
+
+def many_tenants(count: int) -> dict:
+    tenants = {
+        f"shop-{i:05d}": {"tier": "p1", "api_keys": [f"k-shop-{i:05d}"]} for i in range(count)
+    }
+    return {"tenants": {"pay": {"tier": "p0", "api_keys": ["k-pay"]}, **tenants}}
+
+
+@pytest.mark.timeout(120)
+async def test_a_file_of_5000_tenants_applies_while_every_request_is_decided(tmp_path):
+    """Read when it changes, parsed off the event loop: no request waits past Envoy's
+    message timeout (which would send it on undecided) while it applies."""
+    path = tmp_path / "tenants.yaml"
+    write(path, many_tenants(0))
+    args = ("--tenants-file", str(path))
+    with stack_with_tenants(tmp_path / "stack", {}, sidecar_args=args) as stack:
+        client = aioredis.Redis.from_url(stack.redis_url)
+        store = ConfigStore(client)
+
+        def p0(session):  # the tier the GPU saw: None would be undecided
+            return chat_once(session, stack.envoy_url, "k-pay", header="x-mock-saw-x-qos-tier")
+
+        try:
+            await in_force_in(store, lambda s: set(s.tenants) == {"pay"})
+            async with SteadyLoad(p0) as load:
+                await wait_until(lambda: len(load.results) > 20, what="requests before")
+                write(path, many_tenants(5000))
+                took = await in_force_in(store, lambda s: len(s.tenants) == 5001, within=60)
+                after = len(load.results)
+                await wait_until(lambda: len(load.results) > after + 20, what="requests after")
+        finally:
+            await client.aclose()
+        assert {result for result in load.results} == {(200, "p0")}
+        assert await tier_of(stack.sidecar_grpc, "k-shop-04999") == "p1"
+    print(f"5000 tenants in force {took:.2f} s after the change, {len(load.results)} requests")
+
+
+async def in_force_in(store: ConfigStore, check, within: float = 10) -> float:
+    started = time.monotonic()
+    while not check(await store.load()):
+        assert time.monotonic() - started < within
+        await asyncio.sleep(0.1)
+    return time.monotonic() - started

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.files import FileRefused, read_config, read_tenants
-from sidecar.config.store import hash_api_key
+from sidecar.config.base import Tier
+from sidecar.config.declared import revoked
+from sidecar.config.files import DeclaredTenant, FileRefused, read_config, read_tenants
+from sidecar.config.operator_state import Tenant
+from sidecar.config.store import Snapshot, hash_api_key
 
 
 def test_a_configuration_file_takes_defaults_for_what_it_leaves_out(tmp_path):
@@ -47,7 +50,7 @@ def test_tenants_keep_only_their_keys_hashes(tmp_path):
         "  pay: {tier: p0, api_keys: [k-pay]}\n"
         f"  care: {{tier: p1, api_keys: ['sha256:{digest}'], weight: 2}}\n"
     )
-    tenants = read_tenants(path).declared
+    tenants = read_tenants(path).declared.tenants
     assert tenants["pay"].digests() == {hash_api_key("k-pay")}
     assert tenants["care"].digests() == {digest}
     assert tenants["care"].record().weight == 2
@@ -69,3 +72,63 @@ def test_a_bad_tenants_file_is_refused_whole(tmp_path, text, named):
     with pytest.raises(FileRefused) as refused:
         read_tenants(path)
     assert named in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "holds nothing"),
+        ("   \n# only a comment\n", "holds nothing"),
+        ("tenants:\n  pay: {tier: p0\n", "not YAML"),  # cut mid-record
+        ("tenants:\n  pay:\n    tier: p", "tenants.pay.tier"),  # cut mid-value
+        ("{}", "tenants: Field required"),  # no tenants is said outright
+        ("tenants: &t {pay: {tier: p0}}\nmore: *t", "aliases"),
+        ("tenants: " + "[" * 20_000 + "]" * 20_000, "nest"),  # libyaml's own limit
+        ("tenants:\n" + "".join(f"{' ' * i}- \n" for i in range(1, 3000)), "nested deeper"),
+    ],
+    ids=["empty", "comments", "cut-record", "cut-value", "unsaid", "alias", "deep", "indented"],
+)
+def test_a_tenants_file_not_whole_is_refused(tmp_path, text, said):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(text)
+    with pytest.raises(FileRefused) as refused:
+        read_tenants(path)
+    assert said in str(refused.value)
+
+
+def test_no_tenants_and_every_default_are_said_outright(tmp_path):
+    tenants, config = tmp_path / "tenants.yaml", tmp_path / "qos.yaml"
+    tenants.write_text("tenants: {}\nmax_revoked_share: 1\n")
+    assert read_tenants(tenants).declared.tenants == {}
+    config.write_text("")
+    with pytest.raises(FileRefused, match="holds nothing"):
+        read_config(config)
+    config.write_text("{}")
+    assert read_config(config).declared.fleet.max_concurrency > 0
+
+
+def test_a_file_deeper_than_python_can_build_is_refused_not_a_crash(tmp_path):
+    path = tmp_path / "qos.yaml"
+    path.write_text("fleet: " + "{a: " * 20_000 + "1" + "}" * 20_000)
+    with pytest.raises(FileRefused, match="nested deeper than"):
+        read_config(path)
+
+
+def test_what_a_tenants_file_would_revoke_is_counted_against_what_it_declared():
+    held = Snapshot(
+        3,
+        tenants={name: Tenant(tier=Tier.P1) for name in "abcd"},
+        store_id="s",
+        declared_tenants={name: "/t.yaml" for name in "abcd"},
+    )
+
+    def keeping(*names: str) -> dict[str, DeclaredTenant]:
+        return {name: DeclaredTenant(tier=Tier.P1) for name in names}
+
+    assert not revoked(held, keeping("a", "b", "c", "d"), "/t.yaml").beyond(0.5)
+    assert not revoked(held, keeping("a", "b", "c"), "/t.yaml").beyond(0)  # only one
+    half = revoked(held, keeping("a", "b"), "/t.yaml")
+    assert (half.tenants, half.before) == (2, 4)
+    assert not half.beyond(0.5) and half.beyond(0.4)
+    assert revoked(held, keeping("a"), "/t.yaml").beyond(0.5)
+    assert not revoked(held, keeping(), "/other.yaml").beyond(0)  # not that file's

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
-from sidecar.config.store import ConfigStore
+from sidecar.config.store import ConfigStore, hash_api_key
 from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.loops.fairness.usage import TierFairness, read_tier_fairness
 from sidecar.operator.commands.common import (
@@ -142,6 +142,11 @@ async def _add(store: ConfigStore, args: argparse.Namespace) -> None:
     api_key = _given_key(args)
     if api_key is None and not args.no_key and existing is None:
         api_key = made = new_api_key()
+    if api_key is not None and args.move_key:
+        # Taking a key from a tenant a file declares changes what the file declares.
+        holder = await store.tenant_for_key_hash(hash_api_key(api_key))
+        if holder is not None and holder != args.name:
+            await refuse_declared(store, args, f"the key's tenant {holder}", holder)
     try:
         put = await store.put_tenant_reporting(
             args.name, tenant, api_key, move_key=args.move_key, actor=actor(args)
