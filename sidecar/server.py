@@ -137,6 +137,7 @@ class SidecarServer:
             f"the configuration's copy {copy_path}",
         )
         self.watcher.on_change(self._keep_copy)
+        self.watcher.on_put_back(self._keep_copy)  # the checksum as put back
         self.metrics.config_copy_version.set_function(
             lambda: float(self._copy.written.version if self._copy.written else 0)
         )

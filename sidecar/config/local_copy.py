@@ -1,14 +1,15 @@
 """The last known good configuration on the sidecar's own disk: what it holds of the
 store (the document, the mode, the SLO controller's shares, the tenants and their API
-keys' digests, which of them files declare, the record of changes, the version and the
-store's identity), written whole on every change, so that a sidecar started while Redis
-is away, or that finds Redis empty or behind, serves and puts back what operators set,
-never defaults.
+keys' digests, which of them files declare, the record of changes, the version, the
+store's identity and its checksum), written whole on every change, so that a sidecar
+started while Redis is away, or that finds Redis empty or behind, serves and puts back
+what operators set, never defaults.
 
 A copy is written to a file of its own and renamed over the last (fsync'd before and
 after), so a crash leaves the old copy or the new one, never half of either; it carries
 a SHA-256 of its content, and a copy that does not match it, or does not read or
-validate, is refused whole at start (logged, counted) rather than believed.
+validate, is refused whole at start (logged; the sidecar holds what is safe instead)
+rather than believed.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def state_of(snapshot: Snapshot) -> dict[str, Any]:
         "declared_tenants": dict(snapshot.declared_tenants),
         "audit": list(snapshot.audit),
         "moves": list(snapshot.moves),
+        "digest": snapshot.digest,
     }
 
 
@@ -81,6 +83,7 @@ def snapshot_of(state: dict[str, Any]) -> Snapshot:
         declared_tenants={str(n): str(p) for n, p in state["declared_tenants"].items()},
         audit=tuple(str(entry) for entry in state["audit"]),
         moves=tuple(str(move) for move in state["moves"]),
+        digest=str(state["digest"]),
     )
 
 

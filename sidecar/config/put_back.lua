@@ -1,19 +1,28 @@
 -- Put back a configuration the store lost (config/memory.py), only while it is still lost
 -- as the sidecar that holds it sees it: the first sidecar writes, the others find it back.
+-- Lost: no document or identity, behind the held version, a newer identity; or, when
+-- the sidecar found parts lost or changed behind the held version (memory.py), the held
+-- version with the checksum record as the sidecar found it (no other put back since).
 -- KEYS: identity, document, last good document, mode, shares, tenants, API keys, version,
 --       the declared document's file, the declared tenants' files, the record of
---       changes, the controller's moves, then the key set of each tenant, in the order
---       ARGV[8] names them
+--       changes, the controller's moves, the recorded checksum, then the key set of
+--       each tenant, in the order ARGV[8] names them
 -- ARGV: held identity, held version, document, mode, shares ('' for none),
 --       tenants {name: record JSON} JSON, API keys {digest: name} JSON, [names] JSON,
 --       the document's file ('' for none), {name: file} JSON, [record] JSON and
---       [move] JSON (newest first), the put back's own record, records kept
+--       [move] JSON (newest first), the put back's own record, records kept, the
+--       checksum of what it writes, the checksum record as the sidecar found it ('':
+--       none), '1' when it found a part lost (else the store lost as a whole), a nonce
+--       for its own record
 -- -> 1 written, 0 not lost (any more)
 local held, held_version = ARGV[1], tonumber(ARGV[2])
 local store = redis.call('GET', KEYS[1])
 local version = tonumber(redis.call('GET', KEYS[8]) or '0')
 local lost = redis.call('EXISTS', KEYS[2]) == 0 or not store
   or (store == held and version < held_version) or (store ~= held and store > held)
+if not lost and ARGV[17] == '1' and store == held and version == held_version then
+  lost = (redis.call('GET', KEYS[13]) or '') == ARGV[16]
+end
 if not lost then
   return 0
 end
@@ -40,8 +49,8 @@ for name, record in pairs(cjson.decode(ARGV[6])) do
 end
 local key_set = {}
 for i, name in ipairs(cjson.decode(ARGV[8])) do
-  key_set[name] = KEYS[12 + i]
-  redis.call('DEL', KEYS[12 + i])
+  key_set[name] = KEYS[13 + i]
+  redis.call('DEL', KEYS[13 + i])
 end
 for digest, name in pairs(cjson.decode(ARGV[7])) do
   redis.call('HSET', KEYS[7], digest, name)
@@ -59,4 +68,5 @@ end
 redis.call('LPUSH', KEYS[11], ARGV[13])
 redis.call('LTRIM', KEYS[11], 0, tonumber(ARGV[14]) - 1)
 redis.call('SET', KEYS[8], held_version)
+redis.call('SET', KEYS[13], ARGV[2] .. ':' .. ARGV[15] .. ':' .. ARGV[18])
 return 1

@@ -27,6 +27,9 @@ config/memory.py); a writer that holds none (a command) makes an empty store a n
     qos:{qos-config}:tenants         hash: tenant name → Tenant JSON
     qos:{qos-config}:apikeys         hash: SHA-256 of an API key → tenant name
     qos:{qos-config}:tenant-keys:N   set: the key hashes of tenant N
+    qos:{qos-config}:checksum        "<version>:<sha256>:<nonce>": the checksum of what
+                                     operators set (checksum.py), recorded for that
+                                     version, so a part lost behind it is told (memory.py)
     qos:config:changed               pub/sub channel, message: the new version
 """
 
@@ -44,7 +47,7 @@ from typing import Any
 import redis.asyncio as redis
 from pydantic import ValidationError
 
-from sidecar.config import tenants
+from sidecar.config import checksum, tenants
 from sidecar.config.audit import PROGRAM, Actor, AuditEntry, controller_entry, differences
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import OperatorMode, Tenant
@@ -70,7 +73,11 @@ API_KEYS_KEY = f"{_PREFIX}:apikeys"
 STORE_KEY = f"{_PREFIX}:store"
 DECLARED_CONFIG_KEY = f"{_PREFIX}:declared-config"
 DECLARED_TENANTS_KEY = f"{_PREFIX}:declared-tenants"
+CHECKSUM_KEY = f"{_PREFIX}:checksum"
 CHANGED_CHANNEL = "qos:config:changed"
+# What the checksum covers (checksum.py), in its order: strings, then hashes.
+CHECKED_STRINGS = (DOC_KEY, MODE_KEY, SHARES_KEY, DECLARED_CONFIG_KEY)
+CHECKED_HASHES = (TENANTS_KEY, API_KEYS_KEY, DECLARED_TENANTS_KEY)
 
 
 OPEN_STORE = resources.files("sidecar.config").joinpath("open_store.lua").read_text()
@@ -123,6 +130,8 @@ class Snapshot:
     # as stored: put back with the rest, read when someone asks.
     audit: tuple[str, ...] = field(default=(), compare=False)
     moves: tuple[str, ...] = field(default=(), compare=False)
+    # The checksum of what it was read from (checksum.py; "": not known).
+    digest: str = field(default="", compare=False)
     pools: Pools = field(init=False, repr=False, compare=False)
     routes: RouteTable = field(init=False, repr=False, compare=False)
 
@@ -176,6 +185,7 @@ class ConfigStore:
             :10
         ]
         audit, moves = results[10:]
+        digest = checksum.of((doc, mode, shares, config_file), (tenants, keys, owners))
         try:
             parsed = {
                 _text(name): Tenant.model_validate_json(value) for name, value in tenants.items()
@@ -198,6 +208,7 @@ class ConfigStore:
                 declared_tenants={_text(name): _text(path) for name, path in owners.items()},
                 audit=tuple(_text(entry) for entry in audit),
                 moves=tuple(_text(move) for move in moves),
+                digest=digest,
             )
 
         try:

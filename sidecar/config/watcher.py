@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
 import redis.asyncio as redis
@@ -156,8 +158,7 @@ class ConfigWatcher:
             if memory.lost(held, state):
                 # What Redis lost is not a new configuration: keep the one held, and put
                 # it back (or find it put back by another sidecar at the next look).
-                if await memory.put_back(self._redis, held, state, self._actor):
-                    self._put_back(held, state)
+                await self._put_back(held, state)
                 self.source = Source.REDIS
                 return
             if held.version == 0 and not state.identity:
@@ -202,25 +203,67 @@ class ConfigWatcher:
         for listener in self._listeners:
             listener(snapshot)
 
-    def _put_back(self, held: Snapshot, found: memory.StoreState) -> None:
-        log.warning(
-            "Redis had lost the configuration (it held version %s of store %r): put back "
-            "version %s of store %s, with its %s tenants and %s API keys",
-            found.version,
-            found.identity or None,
-            held.version,
-            held.store_id,
-            len(held.tenants),
-            len(held.api_keys),
-        )
+    async def check(self) -> None:
+        """Check the store as a whole: a part lost or changed behind the version held is
+        put back (memory.py); the checksum held is recorded for the commands to check."""
+        held = self.current
+        if not held.digest:
+            return
+        found = await memory.check(self._redis)
+        if found is None or (found.identity, found.version) != (held.store_id, held.version):
+            return  # moved on, or lost as a whole: refresh() sees to it
+        async with self._lock:
+            if self.current is not held:
+                return  # loaded or put back meanwhile
+            if found.digest == held.digest:
+                if found.recorded_for(held.version) != held.digest:
+                    await memory.record(self._redis, held)
+            elif memory.partly_lost(held, found):
+                await self._put_back(held, found)
+            else:
+                # Put back by another sidecar, which recorded it: the same state as it
+                # wrote it out.
+                self.current = dataclasses.replace(held, digest=found.digest)
+
+    async def _put_back(self, held: Snapshot, found: memory.StoreState | memory.StateCheck) -> None:
+        written = await memory.put_back(self._redis, held, found, self._actor)
+        if written is None:
+            return  # another sidecar came first, or the store is no longer lost
+        self.current = written
+        if isinstance(found, memory.StateCheck):
+            log.warning(
+                "Redis had lost or changed parts of the configuration behind its version "
+                "%s: put back what version %s holds, with its %s tenants and %s API keys",
+                found.version,
+                held.version,
+                len(held.tenants),
+                len(held.api_keys),
+            )
+        else:
+            log.warning(
+                "Redis had lost the configuration (it held version %s of store %r): put "
+                "back version %s of store %s, with its %s tenants and %s API keys",
+                found.version,
+                found.identity or None,
+                held.version,
+                held.store_id,
+                len(held.tenants),
+                len(held.api_keys),
+            )
         for listener in self._put_back_listeners:
-            listener(held)
+            listener(written)
 
     async def _poll(self) -> None:
+        next_check = time.monotonic() + memory.CHECK_SECONDS
         while True:
             await asyncio.sleep(self._poll_seconds)
             with contextlib.suppress(redis.RedisError):
                 await self.refresh()
+                if time.monotonic() >= next_check:
+                    started = time.monotonic()
+                    await self.check()
+                    took = time.monotonic() - started
+                    next_check = time.monotonic() + max(memory.CHECK_SECONDS, 100 * took)
 
     async def _listen(self) -> None:
         while True:

@@ -10,12 +10,14 @@ import pytest
 
 from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
-from sidecar.config.memory import put_back, read_state
+from sidecar.config.memory import check, partly_lost, put_back, read_state, record
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import (
     API_KEYS_KEY,
     DOC_KEY,
+    MODE_KEY,
+    TENANTS_KEY,
     ConfigStore,
     StoreLost,
     hash_api_key,
@@ -140,3 +142,31 @@ async def test_a_command_on_an_empty_redis_with_no_sidecar_makes_it_a_new_store(
     await ConfigStore(aredis).put_tenant("first", Tenant(tier=Tier.P1))
     state = await read_state(aredis)
     assert state.identity and state.has_document and state.version == 2
+
+
+async def test_a_part_changed_behind_the_version_is_told_and_put_back_once(aredis):
+    """The checksum over what operators set tells a tenant's tier changed by hand (same
+    length, same version) and a deleted mode; a put back restores them once, and records
+    its checksum so the next sidecar, and the commands, find the store whole."""
+    store = ConfigStore(aredis)
+    held = await configured(store)
+    found = await check(aredis)
+    assert found is not None and found.digest == held.digest and found.recorded == ""
+    await record(aredis, held)
+    found = await check(aredis)
+    assert found is not None and found.recorded_for(held.version) == held.digest
+
+    await aredis.hset(TENANTS_KEY, "bulk", Tenant(tier=Tier.P0).model_dump_json())
+    await aredis.delete(MODE_KEY)
+    found = await check(aredis)
+    assert found is not None and found.partial and partly_lost(held, found)
+    written = await put_back(aredis, held, found)
+    assert written is not None
+    assert await put_back(aredis, held, found) is None  # put back already: its record moved
+    back = await store.load()
+    assert back.tenants["bulk"].tier is Tier.P2 and back.mode.mode is Mode.CORE_ONLY
+    assert back.version == held.version and back.digest == written.digest
+    after = await check(aredis)
+    assert after is not None and not after.partial and not partly_lost(held, after)
+    (entry,) = await store.audit(1)
+    assert entry.kind == "put-back" and entry.changes[0].field == "parts"

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 
+from sidecar.config.store import API_KEYS_KEY, MODE_KEY
 from sidecar.ports import free_port
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.processes import ManagedProcess
@@ -236,3 +238,34 @@ async def test_two_sidecars_the_one_in_use_restarted_during_a_redis_outage(gatew
         await operators_state_is_whole(stack)
     finally:
         other.process.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_the_mode_key_and_the_key_index_deleted_by_hand_are_put_back(gateway):
+    """Part of the state lost behind its version: the sidecars tell it by the checksum
+    and put it back within seconds; meanwhile no P2 is admitted and `mode get` waits
+    rather than say normal."""
+    stack = gateway.stack
+    await core_only_on_disk(gateway)
+    raw = aioredis.Redis.from_url(stack.redis_url)
+    said: list[str] = []
+    try:
+        async with SteadyLoad(lambda session: both(gateway, session), clients=2) as load:
+            await wait_until(lambda: len(load.results) > 10, what="requests before")
+            deleted = time.monotonic()
+            assert await raw.delete(MODE_KEY, API_KEYS_KEY) == 2
+            while not (await raw.exists(MODE_KEY) and await raw.exists(API_KEYS_KEY)):
+                said.append(await cli(stack.redis_url, "mode", "get"))
+                assert time.monotonic() - deleted < 10, "not put back within 10 s"
+            back = time.monotonic() - deleted
+            after = len(load.results)
+            await wait_until(lambda: len(load.results) > after + 10, what="requests after")
+    finally:
+        await raw.aclose()
+    assert said and all("mode: core-only" in text for text in said), said
+    assert {result for result in load.results} == {((200, None), (200, "shed_core_only"))}
+    assert undecided_or_p2(gateway) == []
+    audit = json.loads(await cli(stack.redis_url, "audit", "--output", "json"))
+    assert audit[0]["kind"] == "put-back" and audit[0]["changes"][0]["field"] == "parts"
+    await operators_state_is_whole(stack)
+    print(f"the mode and the key index put back {back:.2f} s after they were deleted")

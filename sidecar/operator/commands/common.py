@@ -119,28 +119,43 @@ async def refuse_declared(
 
 
 async def configuration_in_place(client: redis.Redis) -> None:
-    """Wait while the sidecars put back a configuration Redis lost (restarted empty), so a
-    command neither reads an empty store nor makes it a new one under them. An empty
-    Redis with no sidecar about is a new one: the command's write makes it."""
+    """Wait while the sidecars put back a configuration Redis lost (restarted empty), or
+    parts of one lost or changed behind its version (a key deleted by hand, evicted), so
+    a command neither reads defaults as the operators' choice nor makes an empty store a
+    new one under them. An empty Redis with no sidecar about is a new one: the command's
+    write makes it; a store missing parts with no sidecar about is said, then used."""
     started = time.monotonic()
     told = False
-    while not _in_place(await memory.read_state(client)):
+    while (missing := await _missing(client)) is not None:
         waited = time.monotonic() - started
         sidecars_about = bool(await client.exists(PEERS_KEY))
         if waited > SIDECARS_SEEN_WITHIN_SECONDS and not sidecars_about:
+            if missing != _NOTHING:
+                warning = f"warning: {missing}, and no sidecar is about to put it back"
+                print(warning, file=sys.stderr)
             return
         if waited > PUT_BACK_WAIT_SECONDS:
             raise CommandError(
-                f"Redis holds no configuration, and no sidecar put one back within "
+                f"{missing}, and no sidecar put it back within "
                 f"{PUT_BACK_WAIT_SECONDS:.0f} s; look at the sidecars' logs"
             )
         if sidecars_about and not told:
-            print(
-                "Redis holds no configuration: waiting for the sidecars to put theirs back",
-                file=sys.stderr,
-            )
+            print(f"{missing}: waiting for the sidecars to put theirs back", file=sys.stderr)
             told = True
         await asyncio.sleep(0.2)
+
+
+_NOTHING = "Redis holds no configuration"
+
+
+async def _missing(client: redis.Redis) -> str | None:
+    """What the store lacks, or None when it is whole."""
+    if not _in_place(await memory.read_state(client)):
+        return _NOTHING
+    found = await memory.check(client)
+    if found is not None and found.partial:
+        return "parts of the configuration in Redis are lost or changed behind its version"
+    return None
 
 
 def _in_place(state: memory.StoreState) -> bool:

@@ -1,0 +1,40 @@
+"""The checksum of what operators set, as Redis stores it (config/memory.py tells a part
+lost or changed behind the version by it): the document, the mode, the controller's
+shares, the declared document's file, then the tenants, the API keys and the declared
+tenants' files. The record of changes and the controller's moves are history, not state,
+and are left out.
+
+A hash's entries are combined in any order (each entry's SHA-256, XORed, with their
+count), so Redis's own order, which a put back or a rehash may change, does not count,
+and a hash can be read in pages (HSCAN) without holding Redis for the whole of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+
+def of(strings: Sequence[bytes | None], hashes: Sequence[Mapping[bytes, bytes]]) -> str:
+    total = hashlib.sha256()
+    for value in strings:
+        total.update(b"-" if value is None else b"=" + hashlib.sha256(value).digest())
+    for entries in hashes:
+        mixed = 0
+        for field, value in entries.items():
+            entry = hashlib.sha256(field + b"\0" + value).digest()
+            mixed ^= int.from_bytes(entry[:16], "big")
+        total.update(len(entries).to_bytes(8, "big") + mixed.to_bytes(16, "big"))
+    return total.hexdigest()
+
+
+def as_stored(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def of_texts(strings: Sequence[str | bytes | None], hashes: Sequence[Mapping[str, str]]) -> str:
+    """The checksum of values as a writer sends them (text, stored as UTF-8)."""
+    return of(
+        [as_stored(value) for value in strings],
+        [{field.encode(): value.encode() for field, value in h.items()} for h in hashes],
+    )
