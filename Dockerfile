@@ -9,8 +9,12 @@ COPY sidecar ./sidecar
 RUN pip install --no-cache-dir ".[uvloop,exact]" \
     && pip install --no-cache-dir --force-reinstall --no-deps \
        "opentelemetry-proto==$(python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')" \
-    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin qos
-# Not root; nothing written outside /tmp (the manifests mount the root read-only).
+    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin qos \
+    && install -d -o 10001 -m 0755 /var/lib/qos-sidecar
+# Not root; nothing written outside /tmp and the state directory (the manifests mount the
+# root read-only, and the state directory on a volume Envoy reads too: the last known
+# good configuration, and the mode as Envoy's runtime layer).
+ENV QOS_STATE_DIR=/var/lib/qos-sidecar
 USER 10001
 EXPOSE 50051 9090
 ENTRYPOINT ["qos-sidecar"]

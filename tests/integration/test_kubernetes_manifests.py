@@ -20,6 +20,7 @@ import yaml
 
 from sidecar.config.schema import QosConfig
 from sidecar.loops.scrape.targets import parse_targets
+from sidecar.tooling.stack import envoy_config
 from tests.integration.helpers import KUSTOMIZATION, built, named
 
 pytestmark = pytest.mark.integration
@@ -314,3 +315,22 @@ def test_the_inference_extension_variant_puts_the_sidecar_before_the_picker():
     (scraped,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
     assert scraped.port == pool["spec"]["targetPorts"][0]["number"]
     assert "qos-gateway" not in {d["metadata"]["name"] for d in documents if d["kind"] == "Service"}
+
+
+def test_envoy_reads_the_mode_from_the_sidecars_state_on_a_volume_of_the_pod():
+    """The sidecar's state directory (the image's QOS_STATE_DIR) is a volume of the pod,
+    kept across either container's restart, that Envoy mounts read-only where its disk
+    runtime layer looks."""
+    documents = built(PUSH)
+    spec = pod(documents, "Deployment", "qos-gateway")
+    (state,) = [v for v in spec["volumes"] if v["name"] == "qos-state"]
+    assert "emptyDir" in state
+    by_name = {container["name"]: container for container in spec["containers"]}
+    envoy, sidecar = by_name["envoy"], by_name["sidecar"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    home = re.search(r"ENV QOS_STATE_DIR=(\S+)", dockerfile).group(1)
+    config = yaml.safe_load(named(documents, "ConfigMap", "envoy-config")["data"]["envoy.yaml"])
+    layer = envoy_config.state_dir_of(config)
+    assert {"name": "qos-state", "mountPath": str(layer), "readOnly": True} in envoy["volumeMounts"]
+    assert {"name": "qos-state", "mountPath": home} in sidecar["volumeMounts"]
+    assert str(layer) == home

@@ -17,7 +17,12 @@ def test_compose_services_profiles_and_mounts():
     assert all("profiles" not in services[name] for name in ("redis", "envoy", "sidecar"))
     for volume in services["envoy"]["volumes"]:
         source = volume.split(":")[0]
-        assert (REPO / source).is_file(), source
+        assert source in compose["volumes"] or (REPO / source).is_file(), source
+    # Envoy reads the mode from the sidecar's state directory (its image's QOS_STATE_DIR).
+    state = "qos-state:/var/lib/qos-sidecar"
+    assert f"{state}:ro" in services["envoy"]["volumes"]
+    assert state in services["sidecar"]["volumes"] and "qos-state" in compose["volumes"]
+    assert "ENV QOS_STATE_DIR=/var/lib/qos-sidecar" in (REPO / "Dockerfile").read_text()
     # Admin endpoints are published on loopback only.
     assert "127.0.0.1:9901:9901" in services["envoy"]["ports"]
     assert "127.0.0.1:9090:9090" in services["sidecar"]["ports"]
