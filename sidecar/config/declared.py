@@ -5,7 +5,6 @@ written), and only into the store the sidecar read (StoreLost otherwise)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import defaultdict
 from collections.abc import Mapping
@@ -14,8 +13,10 @@ from importlib import resources
 
 import redis.asyncio as redis
 
-from sidecar.config.audit import FILE, Actor, AuditEntry, Changed, differences
-from sidecar.config.files import DeclaredTenant
+from sidecar.config.audit import FILE, MAX_CHANGES, Actor, AuditEntry, Changed, differences
+from sidecar.config.base import Strict
+from sidecar.config.files import Declared, DeclaredTenants
+from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import (
     API_KEYS_KEY,
@@ -44,15 +45,70 @@ async def write_config(store: ConfigStore, held: Snapshot, config: QosConfig, pa
     return True
 
 
-async def write_tenants(
-    client: redis.Redis, held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str
-) -> bool:
-    """The tenants `path` declares, unless the store holds them so; True when written."""
-    if in_force(held, declared, path):
+class StoreMoved(Exception):
+    """The store changed since a tenants file's plan was made: nothing was written; plan
+    again against what the store now holds."""
+
+
+@dataclass(frozen=True)
+class TenantsPlan:
+    """What applying a tenants file would do to the store as held: worked out where the
+    file is read (config/file_reader.py), for thousands of tenants take a good part of a
+    second to compare and write out, which the sidecar's event loop does not spend."""
+
+    revoked: Revoked
+    max_revoked_share: float | None  # the share the file itself allows, if it says
+    in_force: bool  # the store holds it so already: nothing to write
+    tenants: str = ""  # the change as declare_tenants.lua takes it (JSON)
+    entry: str = ""  # the record of the change (JSON)
+
+
+def plan(held: Snapshot, file: DeclaredTenants, path: str) -> TenantsPlan:
+    taken = revoked(held, file.tenants, path)
+    if in_force(held, file.tenants, path):
+        return TenantsPlan(taken, file.max_revoked_share, in_force=True)
+    tenants, entry = _declaration(held, file.tenants, path)
+    return TenantsPlan(taken, file.max_revoked_share, False, tenants, entry)
+
+
+class HeldTenants(Strict):
+    """What a plan needs of the snapshot held, sent to the process that reads the file."""
+
+    version: int
+    store_id: str
+    tenants: dict[str, Tenant]
+    api_keys: dict[str, str]
+    declared_tenants: dict[str, str]
+
+    @classmethod
+    def of(cls, held: Snapshot) -> bytes:
+        return (
+            cls.model_construct(
+                version=held.version,
+                store_id=held.store_id,
+                tenants=held.tenants,
+                api_keys=held.api_keys,
+                declared_tenants=held.declared_tenants,
+            )
+            .model_dump_json()
+            .encode()
+        )
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self.version,
+            tenants=self.tenants,
+            store_id=self.store_id,
+            api_keys=self.api_keys,
+            declared_tenants=self.declared_tenants,
+        )
+
+
+async def write_tenants(client: redis.Redis, held: Snapshot, plan: TenantsPlan) -> bool:
+    """The tenants a file declares, as `plan` (made against `held`) changes the store,
+    unless the store holds them so; True when written."""
+    if plan.in_force:
         return False
-    # Thousands of tenants take a good part of a second to write out: not on the loop
-    # that decides requests.
-    tenants, entry = await asyncio.to_thread(_declaration, held, declared, path)
     result = await client.eval(
         DECLARE,
         6,
@@ -63,56 +119,78 @@ async def write_tenants(
         DECLARED_TENANTS_KEY,
         AUDIT_KEY,
         held.store_id,
-        path,
+        held.version,
         tenant_keys_key(""),
-        tenants,
-        entry,
+        plan.tenants,
+        plan.entry,
         AUDIT_KEPT,
     )
     outcome = result[0].decode() if isinstance(result[0], bytes) else result[0]
     if outcome == "lost":
         raise StoreLost(f"Redis no longer holds the store {held.store_id}")
+    if outcome == "moved":
+        raise StoreMoved(f"the store moved past version {held.version} since the plan")
     await client.publish(CHANGED_CHANNEL, str(int(result[1])))
     return True
 
 
-def _declaration(
-    held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str
-) -> tuple[str, str]:
-    """The declared tenants as the script takes them (JSON), and the record of the change."""
-    tenants = {
-        name: {"record": tenant.record().model_dump_json(), "digests": sorted(tenant.digests())}
-        for name, tenant in declared.items()
+def _declaration(held: Snapshot, declared: Mapping[str, Declared], path: str) -> tuple[str, str]:
+    """What declare_tenants.lua changes in the store as held (JSON), and the record of it."""
+    keys_of = _keys_of(held)
+    change = {
+        "records": {
+            name: tenant.record.model_dump_json()
+            for name, tenant in declared.items()
+            if held.tenants.get(name) != tenant.record
+        },
+        "keys": {
+            name: sorted(tenant.digests)
+            for name, tenant in declared.items()
+            if keys_of[name] != tenant.digests
+        },
+        "owned": {name: path for name in declared if held.declared_tenants.get(name) != path},
+        "removed": [
+            name
+            for name, owner in held.declared_tenants.items()
+            if owner == path and name not in declared
+        ],
     }
-    return json.dumps(tenants), tenants_entry(held, declared, path).to_json()
+    return json.dumps(change), tenants_entry(held, declared, path).to_json()
 
 
-def tenants_entry(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> AuditEntry:
+def tenants_entry(held: Snapshot, declared: Mapping[str, Declared], path: str) -> AuditEntry:
     """The record of applying `path`'s tenants over what the store held: per tenant, its
-    fields and its number of keys, old → new (never a key)."""
+    fields and its number of keys, old → new (never a key). Past what a record keeps,
+    the tenants changed are counted, not compared field by field."""
     keys_of = _keys_of(held)
     gone = {name for name, owner in held.declared_tenants.items() if owner == path}
     changed: tuple[Changed, ...] = ()
+    more = 0
     for name in sorted(set(declared) | gone):
         tenant = declared.get(name)
         old = held.tenants.get(name)
+        if tenant is not None and old == tenant.record and keys_of[name] == tenant.digests:
+            continue
+        if len(changed) >= MAX_CHANGES - 1:
+            more += 1
+            continue
         before = {**old.model_dump(mode="json"), "keys": len(keys_of[name])} if old else {}
         after = (
-            {**tenant.record().model_dump(mode="json"), "keys": len(tenant.digests())}
-            if tenant
-            else {}
+            {**tenant.record.model_dump(mode="json"), "keys": len(tenant.digests)} if tenant else {}
         )
         changed += differences({name: before}, {name: after})
+    if more:
+        changed = (*changed[: MAX_CHANGES - 1], Changed("…", None, f"{more} more tenants"))
     return FILE_ACTOR.entry("tenants", f"tenants from {path}", changed)
 
 
-def in_force(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> bool:
+def in_force(held: Snapshot, declared: Mapping[str, Declared], path: str) -> bool:
     """Whether the store holds the tenants `path` declares, as it declares them."""
     keys_of = _keys_of(held)
     for name, tenant in declared.items():
         if (
-            held.tenants.get(name) != tenant.record()
-            or keys_of[name] != tenant.digests()
+            held.tenants.get(name) != tenant.record
+            or keys_of[name] != tenant.digests
             or held.declared_tenants.get(name) != path
         ):
             return False
@@ -135,7 +213,7 @@ class Revoked:
         return f"{self.tenants} of the {self.before} tenants it declared"
 
 
-def revoked(held: Snapshot, declared: Mapping[str, DeclaredTenant], path: str) -> Revoked:
+def revoked(held: Snapshot, declared: Mapping[str, Declared], path: str) -> Revoked:
     """The tenants `path` declared in the store that `declared` leaves out (with them, all
     their keys: a key rotated within a tenant it keeps is no revocation)."""
     before = [name for name, owner in held.declared_tenants.items() if owner == path]

@@ -7,7 +7,8 @@ not read or validate is refused whole, logged once, and reported (the metric
 `qos_config_file_refused{file}`, `/readyz`); the last good configuration serves.
 
 A file is read again only when its metadata changed (inode, size, modification time), and
-read and validated in a thread, off the event loop that decides requests. A tenants file
+read and validated by a process of its own (config/file_reader.py), off the event loop
+that decides requests. A tenants file
 that would remove more than `max_revoked_share` of the tenants it declared (and more than
 one) is refused too: an editor's half-written file, or a mount that lost its content, is
 not taken for the operators' wish to revoke them.
@@ -16,7 +17,9 @@ not taken for the operators' wish to revoke them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,15 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.declared import revoked, write_config, write_tenants
-from sidecar.config.files import FileRefused, Read, TenantsFile, read_config, read_tenants
+from sidecar.config.declared import (
+    HeldTenants,
+    StoreMoved,
+    TenantsPlan,
+    write_config,
+    write_tenants,
+)
+from sidecar.config.file_reader import read_apart
+from sidecar.config.files import FileRefused, Read
 from sidecar.config.store import ConfigStore, Snapshot, StoreLost
 from sidecar.config.watcher import ConfigWatcher
 
@@ -51,8 +61,8 @@ class FileWatch:
         self._max_revoked_share = max_revoked_share
         self.refused: dict[str, str] = {}  # file → why, while it is refused
         self._applied: dict[str, str] = {}  # file → the content's fingerprint, once applied
-        # file → its metadata when last read, and what the read gave
-        self._read: dict[str, tuple[tuple[int, ...], Read | FileRefused]] = {}
+        # file → its metadata and the snapshot held when last read, and what the read gave
+        self._read: dict[str, tuple[tuple[object, ...], Read | FileRefused]] = {}
         self._background = Background()
 
     @property
@@ -76,11 +86,14 @@ class FileWatch:
         """Read each file, and write what it declares where the store differs."""
         try:
             if self._config_file is not None:
-                await self._apply(self._config_file, read_config, self._write_config)
+                await self._apply(self._config_file, "config", self._write_config)
             if self._tenants_file is not None:
-                await self._apply(self._tenants_file, read_tenants, self._write_tenants)
+                await self._apply(self._tenants_file, "tenants", self._write_tenants)
         except StoreLost:
             pass  # Redis lost the configuration: the watcher puts it back first
+        except StoreMoved:
+            # Changed since the tenants file's plan: plan again on what it now holds.
+            await self._watcher.refresh()
         except redis.RedisError as error:
             redis_errors.note("config")
             log.debug("a configuration file not applied: %s", error)
@@ -88,10 +101,10 @@ class FileWatch:
     async def _apply(
         self,
         path: Path,
-        read: Callable[[Path], Read],
+        kind: str,
         write: Callable[[Snapshot, Any, str], Awaitable[bool]],
     ) -> None:
-        found = await self._read_if_changed(path, read)
+        found = await self._read_if_changed(path, kind)
         if isinstance(found, FileRefused):
             self._refuse(path, str(found))
             return
@@ -109,36 +122,41 @@ class FileWatch:
             await self._watcher.refresh()
         self._applied[str(path)] = found.fingerprint
 
-    async def _read_if_changed(
-        self, path: Path, read: Callable[[Path], Read]
-    ) -> Read | FileRefused:
+    async def _read_if_changed(self, path: Path, kind: str) -> Read | FileRefused:
+        """The file read again when it changed; a tenants file's plan also when the
+        snapshot it was made against is no longer the one held, unless it is applied."""
+        held = self._watcher.current
         seen = _metadata(path)
+        if not seen:  # nothing to read: no process for it
+            return FileRefused(f"{path} refused: {os.strerror(errno.ENOENT)}")
+        against = (held.store_id, held.version) if kind == "tenants" else ()
         last = self._read.get(str(path))
-        if last is not None and last[0] == seen and seen:
-            return last[1]
-        try:
-            found: Read | FileRefused = await asyncio.to_thread(read, path)
-        except FileRefused as error:
-            found = error
-        except Exception as error:  # whatever would crash the reader refuses the file
-            found = FileRefused(f"{path} refused: it could not be read ({error!r})")
-        self._read[str(path)] = (seen, found)
+        if last is not None and last[0][:-1] == (*seen,):
+            found = last[1]
+            settled = isinstance(found, FileRefused) or (
+                self._applied.get(str(path)) == found.fingerprint
+            )
+            if settled or last[0][-1] == against:
+                return found
+        stdin = HeldTenants.of(held) if kind == "tenants" else b""
+        found = await read_apart(kind, path, stdin)
+        self._read[str(path)] = ((*seen, against), found)
         return found
 
     async def _write_config(self, held: Snapshot, config: Any, path: str) -> bool:
         return await write_config(self._store, held, config, path)
 
-    async def _write_tenants(self, held: Snapshot, file: TenantsFile, path: str) -> bool:
-        allowed = file.max_revoked_share
+    async def _write_tenants(self, held: Snapshot, plan: TenantsPlan, path: str) -> bool:
+        allowed = plan.max_revoked_share
         allowed = self._max_revoked_share if allowed is None else allowed
-        taken = revoked(held, file.tenants, path)
+        taken = plan.revoked
         if taken.beyond(allowed):
             raise FileRefused(
                 f"{path} refused: it would revoke {taken}, more than the share of "
                 f"{allowed:g} allowed at once (a change meant so says max_revoked_share "
                 "in the file, or the sidecars allow more: --tenants-file-max-revoked-share)"
             )
-        return await write_tenants(self._store.client, held, file.tenants, path)
+        return await write_tenants(self._store.client, held, plan)
 
     def _refuse(self, path: Path, why: str) -> None:
         if self.refused.get(str(path)) != why:  # once per problem, not every second
@@ -161,7 +179,7 @@ class FileWatch:
 
 def _metadata(path: Path) -> tuple[int, ...]:
     """What changes when the file does, a mounted one swapped behind its link included
-    (stat follows the link); () when there is no file to stat."""
+    (stat follows the link); () when there is no file."""
     try:
         facts = path.stat()
     except OSError:

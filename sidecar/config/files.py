@@ -79,6 +79,23 @@ class TenantsFile(Strict):
 
 
 @dataclass(frozen=True)
+class Declared:
+    """A tenant as a file declares it, as the store keeps it: its record and its keys'
+    SHA-256 digests."""
+
+    record: Tenant
+    digests: frozenset[str]
+
+
+@dataclass(frozen=True)
+class DeclaredTenants:
+    """What a tenants file declares."""
+
+    tenants: dict[str, Declared]
+    max_revoked_share: float | None = None
+
+
+@dataclass(frozen=True)
 class Read:
     """A file as read: its content's fingerprint, and what it declares."""
 
@@ -99,16 +116,18 @@ def read_config(path: Path) -> Read:
 
 
 def read_tenants(path: Path) -> Read:
-    """The tenants a tenants file declares (a TenantsFile)."""
+    """The tenants a tenants file declares (DeclaredTenants)."""
     text, fingerprint = _text(path)
     document = _parsed(path, text, "no tenants says `tenants: {}`")
     tenants = document.get("tenants") if isinstance(document, dict) else None
     if isinstance(tenants, dict) and len(tenants) > MAX_TENANTS:
         raise FileRefused(f"{path} refused: more than {MAX_TENANTS} tenants")
     try:
-        return Read(fingerprint, TenantsFile.model_validate(document))
+        file = TenantsFile.model_validate(document)
     except ValidationError as error:
         raise FileRefused(f"{path} refused:\n{describe(error)}") from None
+    tenants = {name: Declared(t.record(), t.digests()) for name, t in file.tenants.items()}
+    return Read(fingerprint, DeclaredTenants(tenants, file.max_revoked_share))
 
 
 def _text(path: Path) -> tuple[str, str]:

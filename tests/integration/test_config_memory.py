@@ -4,12 +4,15 @@ fresh configuration over a lost one."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
+from sidecar.config.declared import StoreMoved, plan, write_tenants
+from sidecar.config.files import read_tenants
 from sidecar.config.memory import check, partly_lost, put_back, read_state, record
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
@@ -170,3 +173,36 @@ async def test_a_part_changed_behind_the_version_is_told_and_put_back_once(aredi
     assert after is not None and not after.partial and not partly_lost(held, after)
     (entry,) = await store.audit(1)
     assert entry.kind == "put-back" and entry.changes[0].field == "parts"
+
+
+async def test_a_tenants_file_writes_what_changed_against_the_version_it_was_planned_on(
+    aredis, tmp_path
+):
+    """Only what differs is written, a key another tenant holds moves to the file's, and
+    a plan made against an older version writes nothing."""
+    store = ConfigStore(aredis)
+    await store.put_tenant("cli-made", Tenant(tier=Tier.P2), "k-shared")
+    path = tmp_path / "tenants.yaml"
+    path.write_text(
+        "tenants:\n  pay: {tier: p0, api_keys: [k-pay, k-shared]}\n  care: {tier: p1}\n"
+    )
+    held = await store.load()
+    first = plan(held, read_tenants(path).declared, str(path))
+    assert await write_tenants(aredis, held, first)
+    after = await store.load()
+    assert after.api_keys[hash_api_key("k-shared")] == "pay"  # moved to the file's tenant
+    assert await store.key_count("cli-made") == 0 and await store.key_count("pay") == 2
+    assert after.declared_tenants == {"pay": str(path), "care": str(path)}
+
+    path.write_text("tenants:\n  pay: {tier: p0, api_keys: [k-pay, k-shared], weight: 3}\n")
+    stale = plan(held, read_tenants(path).declared, str(path))  # on the version before
+    with pytest.raises(StoreMoved):
+        await write_tenants(aredis, held, stale)
+    assert (await store.load()).version == after.version
+    fresh = plan(after, read_tenants(path).declared, str(path))
+    change = json.loads(fresh.tenants)
+    assert set(change["records"]) == {"pay"} and change["keys"] == {}
+    assert change["removed"] == ["care"] and change["owned"] == {}
+    assert await write_tenants(aredis, after, fresh)
+    final = await store.load()
+    assert set(final.tenants) == {"cli-made", "pay"} and final.tenants["pay"].weight == 3

@@ -14,7 +14,7 @@ from sidecar.config.audit import (
 )
 from sidecar.config.base import Tier
 from sidecar.config.declared import tenants_entry
-from sidecar.config.files import DeclaredTenant
+from sidecar.config.files import Declared, DeclaredTenant
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import Snapshot, hash_api_key
 from sidecar.config.tenants import put_entry, remove_entry
@@ -74,7 +74,8 @@ def test_a_tenants_file_is_recorded_tenant_by_tenant_with_key_counts():
         api_keys={hash_api_key("k1"): "pay"},
         declared_tenants={"pay": "t.yaml", "gone": "t.yaml"},
     )
-    declared = {"pay": DeclaredTenant(tier=Tier.P0, api_keys=("k1", "k2"), weight=2)}
+    file = DeclaredTenant(tier=Tier.P0, api_keys=("k1", "k2"), weight=2)
+    declared = {"pay": Declared(file.record(), file.digests())}
     entry = tenants_entry(held, declared, "t.yaml")
     assert (entry.what, entry.by, entry.via) == ("tenants from t.yaml", "file", "file")
     assert Changed("pay.keys", "1", "2") in entry.changes

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from sidecar.config.audit import MAX_CHANGES
 from sidecar.config.base import Tier
-from sidecar.config.declared import revoked
-from sidecar.config.files import DeclaredTenant, FileRefused, read_config, read_tenants
+from sidecar.config.declared import HeldTenants, plan, revoked, tenants_entry
+from sidecar.config.file_reader import read_apart
+from sidecar.config.files import Declared, FileRefused, Read, read_config, read_tenants
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import Snapshot, hash_api_key
 
@@ -51,10 +53,10 @@ def test_tenants_keep_only_their_keys_hashes(tmp_path):
         f"  care: {{tier: p1, api_keys: ['sha256:{digest}'], weight: 2}}\n"
     )
     tenants = read_tenants(path).declared.tenants
-    assert tenants["pay"].digests() == {hash_api_key("k-pay")}
-    assert tenants["care"].digests() == {digest}
-    assert tenants["care"].record().weight == 2
-    assert "api_keys" not in tenants["care"].record().model_dump()
+    assert tenants["pay"].digests == {hash_api_key("k-pay")}
+    assert tenants["care"].digests == {digest}
+    assert tenants["care"].record.weight == 2
+    assert "api_keys" not in tenants["care"].record.model_dump()
 
 
 @pytest.mark.parametrize(
@@ -122,8 +124,8 @@ def test_what_a_tenants_file_would_revoke_is_counted_against_what_it_declared():
         declared_tenants={name: "/t.yaml" for name in "abcd"},
     )
 
-    def keeping(*names: str) -> dict[str, DeclaredTenant]:
-        return {name: DeclaredTenant(tier=Tier.P1) for name in names}
+    def keeping(*names: str) -> dict[str, Declared]:
+        return {name: Declared(Tenant(tier=Tier.P1), frozenset()) for name in names}
 
     assert not revoked(held, keeping("a", "b", "c", "d"), "/t.yaml").beyond(0.5)
     assert not revoked(held, keeping("a", "b", "c"), "/t.yaml").beyond(0)  # only one
@@ -132,3 +134,30 @@ def test_what_a_tenants_file_would_revoke_is_counted_against_what_it_declared():
     assert not half.beyond(0.5) and half.beyond(0.4)
     assert revoked(held, keeping("a"), "/t.yaml").beyond(0.5)
     assert not revoked(held, keeping(), "/other.yaml").beyond(0)  # not that file's
+
+
+@pytest.mark.asyncio
+async def test_a_file_is_read_and_planned_by_a_process_of_its_own(tmp_path):
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n  pay: {tier: p0, api_keys: [k-pay]}\n")
+    held = Snapshot(4, store_id="s")
+    found = await read_apart("tenants", path, HeldTenants.of(held))
+    assert isinstance(found, Read) and not found.declared.in_force
+    planned = plan(held, read_tenants(path).declared, str(path))
+    assert (found.declared.tenants, found.declared.revoked) == (planned.tenants, planned.revoked)
+    path.write_text("")
+    refused = await read_apart("tenants", path, HeldTenants.of(held))
+    assert isinstance(refused, FileRefused) and "holds nothing" in str(refused)
+    config = tmp_path / "qos.yaml"
+    config.write_text("fleet: {max_concurrency: 7}\n")
+    read = await read_apart("config", config)
+    assert isinstance(read, Read) and read.declared.fleet.max_concurrency == 7
+
+
+def test_a_large_change_is_recorded_within_what_a_record_keeps():
+    held = Snapshot(2, tenants={}, store_id="s")
+    declared = {f"t{i:04d}": Declared(Tenant(tier=Tier.P1), frozenset()) for i in range(500)}
+    entry = tenants_entry(held, declared, "/t.yaml")
+    assert len(entry.changes) == MAX_CHANGES
+    assert entry.changes[-1].new.endswith("more tenants")
+    assert tenants_entry(held, {}, "/t.yaml").changes == ()
