@@ -4,9 +4,10 @@ shares, the declared document's file, then the tenants, the API keys and the dec
 tenants' files. The record of changes and the controller's moves are history, not state,
 and are left out.
 
-A hash's entries are combined in any order (each entry's SHA-256, XORed, with their
-count), so Redis's own order, which a put back or a rehash may change, does not count,
-and a hash can be read in pages (HSCAN) without holding Redis for the whole of it.
+A hash's entries count in sorted order (Redis's own order, which a put back or a rehash
+may change, does not count), so a hash can be read in pages (HSCAN) without holding
+Redis for the whole of it; they are joined by NUL, which neither a name (a safe
+character set), a digest, nor JSON holds.
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ from collections.abc import Mapping, Sequence
 def of(strings: Sequence[bytes | None], hashes: Sequence[Mapping[bytes, bytes]]) -> str:
     total = hashlib.sha256()
     for value in strings:
-        total.update(b"-" if value is None else b"=" + hashlib.sha256(value).digest())
+        total.update(b"-" if value is None else b"=%d:%s" % (len(value), value))
     for entries in hashes:
-        mixed = 0
-        for field, value in entries.items():
-            entry = hashlib.sha256(field + b"\0" + value).digest()
-            mixed ^= int.from_bytes(entry[:16], "big")
-        total.update(len(entries).to_bytes(8, "big") + mixed.to_bytes(16, "big"))
+        total.update(b"#%d" % len(entries))
+        total.update(b"\0".join(b"%s\0%s" % entry for entry in sorted(entries.items())))
     return total.hexdigest()
 
 

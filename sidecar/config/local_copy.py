@@ -21,93 +21,88 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
 
-from sidecar.config.base import Tier
+from sidecar.config.base import Strict, Tier
 from sidecar.config.operator_state import OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import Snapshot
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 
 
 class CopyRefused(ValueError):
     """A copy on disk that is not whole or does not validate: nothing of it is used."""
 
 
-def state_of(snapshot: Snapshot) -> dict[str, Any]:
-    """What a copy holds of `snapshot`, as JSON."""
-    return {
-        "version": snapshot.version,
-        "store": snapshot.store_id,
-        "config": json.loads(snapshot.config.model_dump_json()),
-        "mode": json.loads(snapshot.mode.model_dump_json()),
-        "shares": {
-            pool: {tier.value: share for tier, share in moved.items()}
-            for pool, moved in (snapshot.shares or {}).items()
-        }
-        or None,
-        "tenants": {name: json.loads(t.model_dump_json()) for name, t in snapshot.tenants.items()},
-        "api_keys": dict(snapshot.api_keys),
-        "declared_config": snapshot.declared_config,
-        "declared_tenants": dict(snapshot.declared_tenants),
-        "audit": list(snapshot.audit),
-        "moves": list(snapshot.moves),
-        "digest": snapshot.digest,
-    }
+class CopyState(Strict):
+    """What a copy holds of a snapshot (validated and written by pydantic's core: a store
+    of thousands of tenants is a few milliseconds either way)."""
 
+    version: int
+    store: str
+    config: QosConfig
+    mode: OperatorMode
+    shares: dict[str, dict[Tier, float]] | None
+    tenants: dict[str, Tenant]
+    api_keys: dict[str, str]
+    declared_config: str | None
+    declared_tenants: dict[str, str]
+    audit: tuple[str, ...]
+    moves: tuple[str, ...]
+    digest: str
 
-def snapshot_of(state: dict[str, Any]) -> Snapshot:
-    """The snapshot a copy holds (ValueError, KeyError or TypeError when it does not
-    validate)."""
-    shares = state["shares"]
-    return Snapshot(
-        int(state["version"]),
-        QosConfig.model_validate_json(json.dumps(state["config"])),
-        {
-            str(name): Tenant.model_validate_json(json.dumps(tenant))
-            for name, tenant in state["tenants"].items()
-        },
-        OperatorMode.model_validate_json(json.dumps(state["mode"])),
-        {
-            str(pool): {Tier(tier): float(share) for tier, share in moved.items()}
-            for pool, moved in shares.items()
-        }
-        if shares
-        else None,
-        store_id=str(state["store"]),
-        api_keys={str(d): str(t) for d, t in state["api_keys"].items()},
-        declared_config=state["declared_config"],
-        declared_tenants={str(n): str(p) for n, p in state["declared_tenants"].items()},
-        audit=tuple(str(entry) for entry in state["audit"]),
-        moves=tuple(str(move) for move in state["moves"]),
-        digest=str(state["digest"]),
-    )
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> CopyState:
+        return cls.model_construct(
+            version=snapshot.version,
+            store=snapshot.store_id,
+            config=snapshot.config,
+            mode=snapshot.mode,
+            shares=snapshot.shares,
+            tenants=snapshot.tenants,
+            api_keys=snapshot.api_keys,
+            declared_config=snapshot.declared_config,
+            declared_tenants=snapshot.declared_tenants,
+            audit=snapshot.audit,
+            moves=snapshot.moves,
+            digest=snapshot.digest,
+        )
 
-
-def _digest(state: dict[str, Any]) -> str:
-    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self.version,
+            self.config,
+            dict(self.tenants),
+            self.mode,
+            {pool: dict(moved) for pool, moved in self.shares.items()} if self.shares else None,
+            store_id=self.store,
+            api_keys=dict(self.api_keys),
+            declared_config=self.declared_config,
+            declared_tenants=dict(self.declared_tenants),
+            audit=self.audit,
+            moves=self.moves,
+            digest=self.digest,
+        )
 
 
 def write(path: Path, snapshot: Snapshot, source: str) -> None:
     """`snapshot` as the copy at `path`, atomically; `source`: the Redis it came from
-    (redacted), for whoever reads the file."""
-    state = state_of(snapshot)
-    document = {
+    (redacted), for whoever reads the file. A line of facts about the copy (its format,
+    when and whence it was written, the SHA-256 of the rest), then the state as JSON."""
+    body = CopyState.of(snapshot).model_dump_json().encode()
+    header = {
         "format": FORMAT,
         "written": time.time(),
         "redis": source,
-        "sha256": _digest(state),
-        "state": state,
+        "sha256": hashlib.sha256(body).hexdigest(),
     }
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(descriptor, "w") as file:
-            json.dump(document, file)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(json.dumps(header).encode() + b"\n" + body)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
@@ -126,14 +121,14 @@ def read(path: Path) -> Snapshot | None:
         return None
     except OSError as error:
         raise CopyRefused(f"{path}: {error.strerror or error}") from None
+    first, _, body = raw.partition(b"\n")
     try:
-        document = json.loads(raw)
-        if document.get("format") != FORMAT:
-            raise CopyRefused(f"{path}: format {document.get('format')!r}, not {FORMAT}")
-        state = document["state"]
-        if _digest(state) != document["sha256"]:
+        header = json.loads(first)
+        if header.get("format") != FORMAT:
+            raise CopyRefused(f"{path}: format {header.get('format')!r}, not {FORMAT}")
+        if hashlib.sha256(body).hexdigest() != header["sha256"]:
             raise CopyRefused(f"{path}: its content does not match its SHA-256")
-        snapshot = snapshot_of(state)
+        snapshot = CopyState.model_validate_json(body).snapshot()
     except CopyRefused:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as error:

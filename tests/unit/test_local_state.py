@@ -5,6 +5,7 @@ current off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 
@@ -50,16 +51,23 @@ def test_no_copy_is_none(tmp_path):
     assert local_copy.read(tmp_path / "none.json") is None
 
 
+def signed(header: str, body: str) -> str:
+    """`body` under `header` with its own SHA-256: whole as a file, not as a copy."""
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    return json.dumps({**json.loads(header), "sha256": digest}) + "\n" + body
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
         lambda text: "",  # emptied
         lambda text: text[: len(text) // 2],  # cut short
         lambda text: text.replace('"core-only"', '"normal"'),  # changed behind its digest
-        lambda text: text.replace('"format": 1', '"format": 99'),
-        lambda text: json.dumps({**json.loads(text), "state": {"version": 7}}),
+        lambda text: text.replace('"format": 2', '"format": 99'),
+        lambda text: text.split("\n")[0] + "\n{}",  # another body
+        lambda text: signed(text.split("\n")[0], '{"version": 7}'),  # whole but partial
     ],
-    ids=["empty", "half", "changed", "format", "partial"],
+    ids=["empty", "half", "changed", "format", "body", "partial"],
 )
 def test_a_copy_not_whole_is_refused(tmp_path, spoil):
     path = tmp_path / "copy.json"
