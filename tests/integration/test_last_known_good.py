@@ -10,6 +10,7 @@ import asyncio
 import json
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
+from sidecar.config.runtime_layer import CORE_ONLY_KEY, LAYER
 from sidecar.config.store import API_KEYS_KEY, MODE_KEY
 from sidecar.ports import free_port
 from sidecar.tooling.stack import readiness
@@ -123,6 +125,17 @@ async def both(gateway: Gateway, session: aiohttp.ClientSession) -> tuple:
     return p0, p2
 
 
+def live_layer(gateway: Gateway) -> str | None:
+    """`qos.core_only` in the layer Envoy has from a live sidecar (RTDS), None before it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.admin}/runtime", timeout=5) as r:
+        runtime = json.load(r)
+    entry = runtime["entries"].get(CORE_ONLY_KEY)
+    if entry is None:
+        return None
+    value = entry["layer_values"][runtime["layers"].index(LAYER)]
+    return value or None
+
+
 def undecided_or_p2(gateway: Gateway) -> list[dict]:
     """What reached the model server that core-only must keep from it: a P2 request, or
     one no sidecar decided (which could be anyone's)."""
@@ -171,13 +184,15 @@ async def test_sidecar_restarted_without_redis_then_redis_back_empty(gateway):
 @pytest.mark.timeout(150)
 async def test_envoy_restarted_while_the_sidecar_is_down_stays_closed(gateway):
     """(b) Envoy restarted while no sidecar answers reads core-only from disk and fails
-    closed; the sidecar back after 20 s, P0 is served again within 2 s."""
+    closed; the sidecar back after 20 s, P0 is served again within 2 s, and Envoy has the
+    sidecar's live layer back within 2 s too."""
     stack = gateway.stack
     await core_only_on_disk(gateway)
     gateway.kill_sidecar()
     assert gateway.envoy is not None
     gateway.envoy.stop()
     gateway.start_envoy(name="envoy-lkg-again")
+    assert live_layer(gateway) is None  # the mode it holds is the one on disk alone
     async with aiohttp.ClientSession() as session:
         outage = time.monotonic()
         answers = []
@@ -192,9 +207,14 @@ async def test_envoy_restarted_while_the_sidecar_is_down_stays_closed(gateway):
             await asyncio.sleep(0.02)
         back = time.monotonic() - answering
         assert await chat_once(session, gateway.url, P2_KEY) == (200, "shed_core_only")
-    assert back < 2, back
+        await wait_until(lambda: live_layer(gateway) == "100", within=5, what="the live layer")
+        live = time.monotonic() - answering
+    assert back < 2 and live < 2, (back, live)
     assert undecided_or_p2(gateway) == []
-    print(f"{len(answers)} requests refused in the outage; P0 served {back:.2f} s after")
+    print(
+        f"{len(answers)} requests refused in the outage; P0 served {back:.2f} s and the live "
+        f"layer back {live:.2f} s after the sidecar answered"
+    )
     await operators_state_is_whole(stack)
 
 
