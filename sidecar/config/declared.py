@@ -56,6 +56,8 @@ class TenantsPlan:
     file is read (config/file_reader.py), for thousands of tenants take a good part of a
     second to compare and write out, which the sidecar's event loop does not spend."""
 
+    store_id: str  # the store and version it was made against
+    version: int
     revoked: Revoked
     max_revoked_share: float | None  # the share the file itself allows, if it says
     in_force: bool  # the store holds it so already: nothing to write
@@ -64,11 +66,12 @@ class TenantsPlan:
 
 
 def plan(held: Snapshot, file: DeclaredTenants, path: str) -> TenantsPlan:
+    against = (held.store_id, held.version)
     taken = revoked(held, file.tenants, path)
     if in_force(held, file.tenants, path):
-        return TenantsPlan(taken, file.max_revoked_share, in_force=True)
+        return TenantsPlan(*against, taken, file.max_revoked_share, in_force=True)
     tenants, entry = _declaration(held, file.tenants, path)
-    return TenantsPlan(taken, file.max_revoked_share, False, tenants, entry)
+    return TenantsPlan(*against, taken, file.max_revoked_share, False, tenants, entry)
 
 
 class HeldTenants(Strict):
@@ -104,9 +107,10 @@ class HeldTenants(Strict):
         )
 
 
-async def write_tenants(client: redis.Redis, held: Snapshot, plan: TenantsPlan) -> bool:
-    """The tenants a file declares, as `plan` (made against `held`) changes the store,
-    unless the store holds them so; True when written."""
+async def write_tenants(client: redis.Redis, plan: TenantsPlan) -> bool:
+    """The tenants a file declares, as `plan` changes the store it was made against,
+    unless the store holds them so; True when written (StoreMoved: the store is past the
+    version the plan was made against)."""
     if plan.in_force:
         return False
     result = await client.eval(
@@ -118,8 +122,8 @@ async def write_tenants(client: redis.Redis, held: Snapshot, plan: TenantsPlan) 
         VERSION_KEY,
         DECLARED_TENANTS_KEY,
         AUDIT_KEY,
-        held.store_id,
-        held.version,
+        plan.store_id,
+        plan.version,
         tenant_keys_key(""),
         plan.tenants,
         plan.entry,
@@ -127,9 +131,9 @@ async def write_tenants(client: redis.Redis, held: Snapshot, plan: TenantsPlan) 
     )
     outcome = result[0].decode() if isinstance(result[0], bytes) else result[0]
     if outcome == "lost":
-        raise StoreLost(f"Redis no longer holds the store {held.store_id}")
+        raise StoreLost(f"Redis no longer holds the store {plan.store_id}")
     if outcome == "moved":
-        raise StoreMoved(f"the store moved past version {held.version} since the plan")
+        raise StoreMoved(f"the store moved past version {plan.version} since the plan")
     await client.publish(CHANGED_CHANNEL, str(int(result[1])))
     return True
 

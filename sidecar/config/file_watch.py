@@ -156,7 +156,7 @@ class FileWatch:
                 f"{allowed:g} allowed at once (a change meant so says max_revoked_share "
                 "in the file, or the sidecars allow more: --tenants-file-max-revoked-share)"
             )
-        return await write_tenants(self._store.client, held, plan)
+        return await write_tenants(self._store.client, plan)
 
     def _refuse(self, path: Path, why: str) -> None:
         if self.refused.get(str(path)) != why:  # once per problem, not every second

@@ -188,7 +188,7 @@ async def test_a_tenants_file_writes_what_changed_against_the_version_it_was_pla
     )
     held = await store.load()
     first = plan(held, read_tenants(path).declared, str(path))
-    assert await write_tenants(aredis, held, first)
+    assert await write_tenants(aredis, first)
     after = await store.load()
     assert after.api_keys[hash_api_key("k-shared")] == "pay"  # moved to the file's tenant
     assert await store.key_count("cli-made") == 0 and await store.key_count("pay") == 2
@@ -197,12 +197,12 @@ async def test_a_tenants_file_writes_what_changed_against_the_version_it_was_pla
     path.write_text("tenants:\n  pay: {tier: p0, api_keys: [k-pay, k-shared], weight: 3}\n")
     stale = plan(held, read_tenants(path).declared, str(path))  # on the version before
     with pytest.raises(StoreMoved):
-        await write_tenants(aredis, held, stale)
+        await write_tenants(aredis, stale)
     assert (await store.load()).version == after.version
     fresh = plan(after, read_tenants(path).declared, str(path))
     change = json.loads(fresh.tenants)
     assert set(change["records"]) == {"pay"} and change["keys"] == {}
     assert change["removed"] == ["care"] and change["owned"] == {}
-    assert await write_tenants(aredis, after, fresh)
+    assert await write_tenants(aredis, fresh)
     final = await store.load()
     assert set(final.tenants) == {"cli-made", "pay"} and final.tenants["pay"].weight == 3
