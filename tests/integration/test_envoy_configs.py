@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sidecar.routes.table import BUILT_IN, OPERATIONAL
+from sidecar.routes.table import BUILT_IN, CLIENT_READS, OPERATIONAL
 from sidecar.tooling.stack import envoy_config
 
 pytestmark = pytest.mark.integration
@@ -149,4 +149,42 @@ def test_drop_in_pool_route_validates_before_a_plain_route(tmp_path):
     host["routes"] = [snippet["pool_route"], host["routes"][-1]]
     assert host["routes"][0]["route"]["cluster_header"] == "x-qos-pool"
     result = validate(envoy_config.write(config, tmp_path / "with-pool-route.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def api_regex(routes: list[dict]) -> str:
+    (route,) = [r for r in routes if "safe_regex" in r["match"] and "route" in r]
+    return route["match"]["safe_regex"]["regex"]
+
+
+@pytest.mark.parametrize("path", SHIPPED_MANAGERS, ids=lambda p: p.name)
+def test_every_shipped_envoy_fails_open_on_the_apis_routes_alone(path):
+    """Without the sidecar only the APIs' routes (the sidecar's table, exactly) are sent on;
+    the last route takes every other path and fails closed."""
+    (host,) = envoy_config.connection_manager(yaml.safe_load(path.read_text()))["route_config"][
+        "virtual_hosts"
+    ]
+    regex = re.compile(api_regex(host["routes"]))
+    for route in (*BUILT_IN, *CLIENT_READS):
+        spelled = route.replace("*", "an-id")
+        assert regex.match(spelled) and regex.match(f"{spelled}/"), route
+    for route in (*OPERATIONAL, "/metricsX", "/metrics/x", "/tokenizer_info", "/ready", "/x"):
+        assert not regex.match(route), route
+    last = host["routes"][-1]
+    assert last["match"] == {"prefix": "/"}
+    overrides = last["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["config"]
+    assert overrides["overrides"] == {"failure_mode_allow": False}
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    assert snippet["api_route_match"]["safe_regex"]["regex"] == regex.pattern
+    assert snippet["undecided_route"]["typed_per_filter_config"] == last["typed_per_filter_config"]
+
+
+def test_drop_in_deny_by_default_routes_validate(tmp_path):
+    """The snippet's API match and its last route, as an Envoy's routes, validate."""
+    snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
+    config = envoy_config.load()
+    (host,) = envoy_config.connection_manager(config)["route_config"]["virtual_hosts"]
+    api = {"match": snippet["api_route_match"], "route": {"cluster": "vllm", "timeout": "0s"}}
+    host["routes"] = [api, snippet["undecided_route"]]
+    result = validate(envoy_config.write(config, tmp_path / "with-deny-by-default.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
