@@ -81,10 +81,17 @@ def output_until_up(up: subprocess.Popen) -> str:
     return "".join(lines)
 
 
+def up_environment(tmp_path) -> dict[str, str]:
+    """The user's environment, with its state in the test's folder: `up` uses the default
+    state directory, $XDG_STATE_HOME/qos-sidecar."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "QOS_STATE_DIR")}
+    return {**env, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+
+
 def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
     listen = free_port()
     argv = up_argv(tmp_path, listen)
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env = up_environment(tmp_path)
     up = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -114,12 +121,16 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
     assert up.returncode == 0, rest
     assert "stopped" in rest
     assert [p for p in pids if alive(p)] == []
+    # What it held is kept where `up` starts from next time, and the mode for Envoy.
+    state = tmp_path / "xdg" / "qos-sidecar"
+    assert len(list(state.glob("config-*.json"))) == 1
+    assert (state / "envoy-runtime" / "qos" / "core_only").read_text() == "0"
 
 
 @pytest.mark.timeout(120)
 def test_up_killed_outright_leaves_nothing_running(tmp_path):
     argv = up_argv(tmp_path, free_port())
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env = up_environment(tmp_path)
     up = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
