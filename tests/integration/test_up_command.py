@@ -174,7 +174,7 @@ def test_up_puts_no_password_or_token_on_a_command_line_or_in_its_output(tmp_pat
         "redis-pw", [shutil.which("redis-server"), str(config)], tmp_path / "r.log"
     )
     redis.start_ready(lambda: readiness.redis_ping(f"redis://:{password}@127.0.0.1:{port}/0"))
-    env = {**os.environ, "REDIS_URL": f"redis://:{password}@127.0.0.1:{port}/0"}
+    env = {**up_environment(tmp_path), "REDIS_URL": f"redis://:{password}@127.0.0.1:{port}/0"}
     up = subprocess.Popen(
         up_argv(tmp_path, free_port()),
         stdout=subprocess.PIPE,
