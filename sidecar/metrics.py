@@ -67,6 +67,14 @@ class SidecarMetrics:
             "Version of the configuration this sidecar last wrote to its copy on disk.",
             registry=self.registry,
         )
+        self.state_write_failures = Gauge(
+            "qos_state_write_failures",
+            "Writes into the state directory that failed since start (each is retried), by "
+            "what: copy (the last known good configuration), envoy_layer (the mode Envoy "
+            "reads without the sidecar). Growing: the directory is not writable or full.",
+            ["what"],
+            registry=self.registry,
+        )
         self.reports_refused = Counter(
             "qos_load_reports_refused",
             "Pushed load reports refused, never applied: unauthenticated (no token or the "

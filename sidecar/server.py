@@ -147,6 +147,8 @@ class SidecarServer:
             f"Envoy's runtime layer {self.state.envoy_link}",
         )
         self.watcher.on_change(lambda snapshot: self._envoy_layer.submit(snapshot.mode))
+        for what, writer in (("copy", self._copy), ("envoy_layer", self._envoy_layer)):
+            self.metrics.state_write_failures.labels(what).set_function(writer.failure_count)
         self.config_store = ConfigStore(self.redis)
         self.files = FileWatch(
             self.watcher,

@@ -29,6 +29,10 @@ class LatestOnDisk(Generic[T]):
         self.failures = 0
         self._failing: str | None = None
 
+    def failure_count(self) -> float:
+        """The writes that failed so far: a gauge's reading."""
+        return float(self.failures)
+
     def submit(self, value: T) -> None:
         self._pending = value
         self.caught_up.clear()

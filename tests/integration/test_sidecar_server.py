@@ -220,3 +220,31 @@ async def test_without_redis_or_a_copy_on_disk_the_sidecar_holds_what_is_safe(tm
     finally:
         running.process.stop()
     assert "holding what is safe" in running.process.log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_a_state_directory_that_cannot_be_written_is_said_and_the_sidecar_decides(
+    tmp_path, redis_url
+):
+    """The state directory's path is a file: every write fails, is counted and retried,
+    and the sidecar decides all the same."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    running = start_sidecar(tmp_path, redis_url, name="stateless", state_dir=blocked)
+    try:
+        await wait_until(
+            lambda: (
+                scrape(f"{running.admin_url}/metrics").get(
+                    'qos_state_write_failures{what="copy"}', 0
+                )
+                >= 1
+            ),
+            what="the copy's failed write counted",
+        )
+        async with grpc.aio.insecure_channel(running.grpc_address) as channel:
+            answer = await ExtProcClient(channel).decide(json.loads(BODY))
+        # Decided as ever: no pod reports its load, so an anonymous P2 request is shed.
+        assert answer.immediate_response.details == "qos_shed_no_reports"
+    finally:
+        running.process.stop()
+    assert "not written" in running.process.log_path.read_text()
