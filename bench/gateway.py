@@ -497,6 +497,7 @@ def start_gateways(
             admin_port,
             name=f"envoy-{name}",
             concurrency=1,
+            env=stack.envoy_env,  # the stack's sidecar asks for its token
         )
         stack.processes.append(envoy)
         gateways.append(Gateway(name, port, envoy, processor, admin_url))

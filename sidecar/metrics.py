@@ -82,6 +82,13 @@ class SidecarMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.grpc_refused = Counter(
+            "qos_grpc_calls_refused",
+            "Calls to Envoy's services (ext_proc, access_log, runtime) refused for want of "
+            "Envoy's token (reason missing or wrong): nothing they said was applied.",
+            ["service", "reason"],
+            registry=self.registry,
+        )
         self.config_file_refused = Gauge(
             "qos_config_file_refused",
             "1 while a configuration or tenants file this sidecar was given is refused (it "

@@ -32,6 +32,7 @@ from sidecar.config.state_dir import StateDir
 from sidecar.config.store import ConfigStore, Snapshot
 from sidecar.config.watcher import ConfigWatcher, Source
 from sidecar.deciders import build_decider
+from sidecar.envoy_auth import EnvoyCredential, EnvoyOnly
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
 from sidecar.loops.fairness.watch import FairnessCollector, FairnessWatch
 from sidecar.loops.overload.admission_records import AdmissionRecords
@@ -111,7 +112,14 @@ class SidecarServer:
         self.metrics = SidecarMetrics()
         # One of `serve --processes N`'s workers, or None: a sidecar on its own.
         self.worker = Worker.from_env()
-        self._grpc = grpc.aio.server(options=_grpc_options(self.worker is not None))
+        # ext_proc, the access log and the runtime layer are Envoy's alone (envoy_auth.py).
+        envoy_only = EnvoyOnly(
+            EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host),
+            lambda service, reason: self.metrics.grpc_refused.labels(service, reason).inc(),
+        )
+        self._grpc = grpc.aio.server(
+            options=_grpc_options(self.worker is not None), interceptors=[envoy_only]
+        )
         self._health = health.aio.HealthServicer()
         self._admin: web.AppRunner | None = None
         self._ready = False

@@ -104,6 +104,12 @@ class SidecarSettings:
         "the token the load reporters present with each report (unset: pushed reports are "
         "refused; scrape mode needs none)",
     )
+    envoy_token: str = secret(
+        "QOS_ENVOY_TOKEN",
+        "the token this gateway's Envoy presents on ext_proc, access-log and runtime streams "
+        "(metadata x-qos-envoy-token, from Envoy's own QOS_ENVOY_TOKEN); unset: those "
+        "services take every caller, and the gRPC port must be on loopback",
+    )
     scrape_targets: str = setting(
         "",
         "QOS_SCRAPE_TARGETS",
@@ -153,6 +159,11 @@ class SidecarSettings:
             closed.append(
                 "pushed load reports are refused: set QOS_REPORT_TOKEN here and in the "
                 "reporters (or scrape the pods: --scrape-targets)"
+            )
+        if not self.envoy_token:
+            closed.append(
+                "ext_proc, the access log and the runtime layer take every local caller: set "
+                "QOS_ENVOY_TOKEN here and in Envoy's environment to take only Envoy's"
             )
         return closed
 

@@ -1,7 +1,7 @@
 """One of the processes of `serve --processes N`: who it is among its siblings.
 
 The supervisor names every worker when it starts it (QOS_WORKER, JSON). A worker's
-sidecar id is its group's stem and its index, so the slot ids it hands out (id-number)
+sidecar id is its group's stem and its index, so the slot ids it hands out (id-number-nonce)
 tell every sibling which of them an exchange's end belongs to.
 """
 
@@ -33,7 +33,7 @@ class Worker:
 
     def sibling_of(self, slot: str) -> int | None:
         """The sibling (not this worker) that handed out `slot`, if any."""
-        match = re.fullmatch(rf"{self.group}w(\d+)-\d+", slot)
+        match = re.fullmatch(rf"{self.group}w(\d+)-\d+-[0-9a-f]+", slot)
         if match is None:
             return None
         index = int(match.group(1))

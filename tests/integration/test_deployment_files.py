@@ -54,6 +54,10 @@ def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
     (ext_proc,) = (f for f in filters if f["name"] == "envoy.filters.http.ext_proc")
     name = ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
     mesh_cluster["name"] = mesh_cluster["load_assignment"]["cluster_name"] = name
+    # With Envoy's token on its streams, as the CLUSTER patch merges into Istio's cluster.
+    (token,) = (p["patch"] for p in patches if p["applyTo"] == "CLUSTER")
+    assert token["operation"] == "MERGE"
+    mesh_cluster |= token["value"]
     resources["clusters"].append(mesh_cluster)
     result = validate(envoy_config.write(config, tmp_path / "istio.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr

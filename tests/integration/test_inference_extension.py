@@ -116,7 +116,7 @@ async def picked(tmp_path):
         try:
             port, admin_port = free_port(), free_port()
             config = chained(stack.envoy_config(port, admin_port), epp_port)
-            envoy = start_envoy(config, tmp_path, admin_port, name="envoy-gaie", concurrency=1)
+            envoy = start_envoy(config, tmp_path, admin_port, "envoy-gaie", 1, stack.envoy_env)
             try:
                 yield stack, picker, f"http://127.0.0.1:{port}"
             finally:

@@ -140,6 +140,17 @@ def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
     assert token_of("sidecar") == token_of("reporter") == {"name": "qos-report", "key": "token"}
 
 
+def test_envoy_presents_the_token_the_sidecar_asks_of_it_in_every_variant():
+    for variant in (PUSH, SCRAPE):
+        found = containers(built(variant))
+        tokens = [
+            [e for e in found[name]["env"] if e["name"] == "QOS_ENVOY_TOKEN"]
+            for name in ("envoy", "sidecar")
+        ]
+        for (token,) in tokens:
+            assert token["valueFrom"]["secretKeyRef"] == {"name": "qos-envoy", "key": "token"}
+
+
 def test_our_containers_are_sized_hardened_and_pinned():
     documents = built(PUSH)
     found = containers(documents)

@@ -62,7 +62,7 @@ class Gateway:
 
     def start_envoy(self, name: str = "envoy-lkg") -> None:
         config = to_one_upstream(self.stack.envoy_config(self.listen, self.admin), self.upstream)
-        self.envoy = start_envoy(config, self.work, self.admin, name=name, concurrency=1)
+        self.envoy = start_envoy(config, self.work, self.admin, name, 1, self.stack.envoy_env)
 
     def kill_redis(self) -> None:
         self.stack.process(self.stack.redis_process_name).send_signal(signal.SIGKILL)

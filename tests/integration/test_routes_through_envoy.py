@@ -84,7 +84,9 @@ def gateway(tmp_path_factory):
     with stack_with_tenants(work, tenants, replicas=1) as stack, recording_upstream(work) as port:
         listen, admin = free_port(), free_port()
         config = to_one_upstream(stack.envoy_config(listen, admin), port)
-        envoy = start_envoy(config, work, admin, name="envoy-routes", concurrency=1)
+        envoy = start_envoy(
+            config, work, admin, name="envoy-routes", concurrency=1, env=stack.envoy_env
+        )
         try:
             stack.config.set({"fleet": {"capacity_tokens_per_second": 10_000_000}})
             yield stack, listen, port

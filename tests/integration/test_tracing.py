@@ -92,7 +92,14 @@ async def traced_request(tmp_path, receiver_port: int, environment: dict[str, st
     with stack_with_tenants(tmp_path, {"t": ("p1", KEY)}, sidecar_env=env) as stack:
         port, admin_port = free_port(), free_port()
         config = to_recorder(stack.envoy_config(port, admin_port), receiver_port)
-        envoy = start_envoy(config, tmp_path, admin_port, name="envoy-traced", concurrency=1)
+        envoy = start_envoy(
+            config,
+            tmp_path,
+            admin_port,
+            name="envoy-traced",
+            concurrency=1,
+            env=stack.envoy_env,
+        )
         try:
             body = {"model": "mock-llm", "messages": [{"role": "user", "content": "hi"}]}
             headers = {"authorization": f"Bearer {KEY}", "traceparent": TRACEPARENT}

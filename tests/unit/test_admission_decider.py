@@ -129,8 +129,8 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
     # schedules by, whether sent or not.
     assert decision.upstream.remove_headers == (
         "x-qos-priority",
-        "x-qos-slot",
         "x-qos-queue-wait-ms",
+        "x-qos-slot",
         "x-vllm-priority",
         "x-data-parallel-rank",
         "x-gateway-inference-objective",
@@ -359,7 +359,8 @@ async def test_with_a_free_slot_the_request_is_admitted_holding_it():
     decider, admission = queued_decider(FakeLimiter())
     decision = await decider.decide(chat("k-p2"))
     assert isinstance(decision, Admit) and decision.record.slot
-    assert decision.upstream.set_headers["x-qos-slot"] == decision.record.slot
+    assert decision.upstream.slot == decision.record.slot
+    assert "x-qos-slot" not in decision.upstream.set_headers  # engines never see it
     assert decision.upstream.set_headers["x-qos-queue-wait-ms"] == "0"
     assert len(admission.slots) == 1
 

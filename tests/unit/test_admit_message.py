@@ -30,6 +30,16 @@ def test_tags_stripped_headers_and_a_new_body_with_its_length():
     assert upstream.set_headers == {"x-qos-tier": "p1"}  # the decision's own is untouched
 
 
+def test_the_slot_goes_in_the_exchange_metadata_not_in_a_header():
+    upstream = Upstream({"x-qos-tier": "p1"}, (), None, False, slot="a1w0-7-9f3c")
+    message = admit_message("request_body", upstream)
+    exchange = message.dynamic_metadata.fields["qos.exchange"].struct_value
+    assert exchange.fields["slot"].string_value == "a1w0-7-9f3c"
+    assert "x-qos-slot" not in _set(message.request_body.response.header_mutation)
+    without = admit_message("request_body", Upstream({"x-qos-tier": "p1"}))
+    assert not without.HasField("dynamic_metadata")
+
+
 def test_a_refusal_answers_with_its_status_headers_and_body():
     reason = Reason.SHED_TIER_BUDGET
     respond = Respond(status=429, headers={"retry-after": "2"}, body=b"{}", reason=reason)

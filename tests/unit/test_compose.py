@@ -37,6 +37,13 @@ def test_compose_services_profiles_and_mounts():
     assert "$$REDIS_PASSWORD" in redis["command"][0]  # the container's, not compose's
 
 
+def test_envoy_and_the_sidecar_share_the_envoy_token():
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    for name in ("sidecar", "envoy"):
+        token = services[name]["environment"]["QOS_ENVOY_TOKEN"]
+        assert token.startswith("${QOS_ENVOY_TOKEN:?"), name
+
+
 def test_every_reporter_and_the_sidecar_share_the_report_token():
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
     for name in ("sidecar", "mock-vllm", "vllm-reporter"):

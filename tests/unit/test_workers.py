@@ -17,12 +17,13 @@ from sidecar.workers.worker import WORKER_ENV, Worker
 def test_a_slot_names_the_sibling_that_holds_it(monkeypatch):
     worker = Worker(1, 3, "ab12cd", Path("/run/x"))
     assert worker.owner == "ab12cdw1"
-    assert worker.sibling_of("ab12cdw0-17") == 0
-    assert worker.sibling_of("ab12cdw2-1") == 2
-    assert worker.sibling_of("ab12cdw1-5") is None  # its own
-    assert worker.sibling_of("ab12cdw7-5") is None  # no such worker
-    assert worker.sibling_of("ffffffw0-5") is None  # another gateway's sidecar
-    assert worker.sibling_of("0a7a4e75-3") is None
+    assert worker.sibling_of("ab12cdw0-17-0f9a31c2b4d5") == 0
+    assert worker.sibling_of("ab12cdw2-1-0f9a31c2b4d5") == 2
+    assert worker.sibling_of("ab12cdw1-5-0f9a31c2b4d5") is None  # its own
+    assert worker.sibling_of("ab12cdw7-5-0f9a31c2b4d5") is None  # no such worker
+    assert worker.sibling_of("ffffffw0-5-0f9a31c2b4d5") is None  # another gateway's sidecar
+    assert worker.sibling_of("0a7a4e75-3-0f9a31c2b4d5") is None
+    assert worker.sibling_of("ab12cdw0-17") is None  # no nonce: not one of ours
     monkeypatch.setenv(WORKER_ENV, worker.to_env())
     assert Worker.from_env() == worker
     monkeypatch.delenv(WORKER_ENV)

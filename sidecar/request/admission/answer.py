@@ -4,6 +4,7 @@ may not send) and the admission's record. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -49,13 +50,14 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
     tags = dict(engine.headers)
     if turn.slot:
         waited_ms = f"{(turn.waited or 0.0) * 1000:.0f}"
-        tags |= {SLOT_HEADER: turn.slot, QUEUE_WAIT_HEADER: waited_ms}
+        tags[QUEUE_WAIT_HEADER] = waited_ms
     if budgeted.moved_for is not None:
         tags[OVERFLOW_HEADER] = overflow_header(place, budgeted.moved_for)
     identity = asked.identity
     extension = asked.snapshot.config.inference_extension
     tags |= inference_headers(extension, identity.tier.value, identity.tenant_label)
     upstream = tagged(asked.view, identity.tier.value, identity.tenant_label, engine.body, tags)
+    upstream = dataclasses.replace(upstream, slot=turn.slot or "")
     record = Admission(
         budgeted.reason,
         identity.tier.value,
@@ -95,7 +97,9 @@ def shadowed(request: RequestView, refused: Respond, default_tier: str) -> Admit
 # Stripped from every admitted request, seen or not (Envoy may show the sidecar only some
 # headers: see messages.attribute_headers): those the sidecar's own machinery reads, and
 # the engine's and the Inference Extension's instructions.
-_ALWAYS_STRIPPED = tuple(dict.fromkeys((*LOGGED_HEADERS, *CONTROL_HEADERS, *CLIENT_MAY_NOT_SEND)))
+_ALWAYS_STRIPPED = tuple(
+    dict.fromkeys((*LOGGED_HEADERS, SLOT_HEADER, *CONTROL_HEADERS, *CLIENT_MAY_NOT_SEND))
+)
 # And every one seen under these: the sidecar's internal headers, anything vLLM may read.
 _STRIPPED_PREFIXES = (INTERNAL_PREFIX, VLLM_HEADER_PREFIX)
 

@@ -1,9 +1,10 @@
 """Envoy's gRPC access-log stream: how the sidecar learns that an exchange has ended.
 
 Envoy writes one entry per HTTP exchange when it ends — completed, client gone, upstream
-reset, timed out — carrying the request headers the sidecar set, `x-qos-slot` among them.
-The entry gives the slot back. It arrives a millisecond or so after the end and costs no
-latency on the way of the response (bench/completion_signal.py measures the options).
+reset, timed out — carrying the request headers the sidecar set and the slot it put in
+the exchange's metadata (policy/tags.py). The entry gives the slot back. It arrives a
+millisecond or so after the end and costs no latency on the way of the response
+(bench/completion_signal.py measures the options).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from google.protobuf import duration_pb2, struct_pb2
 
-from sidecar.request.policy.tags import SLOT_HEADER
+from sidecar.request.policy.tags import EXCHANGE_NAMESPACE, SLOT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,11 @@ def _seconds(duration: duration_pb2.Duration) -> float | None:
 
 
 def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None:
-    headers = entry.request.request_headers
-    slot = headers.get(SLOT_HEADER)
+    common = entry.common_properties
+    slot = _slot(common.metadata.filter_metadata.get(EXCHANGE_NAMESPACE))
     if not slot:
         return None  # not admitted through a slot (shed, or passed through)
-    common = entry.common_properties
+    headers = entry.request.request_headers
     usage = common.metadata.filter_metadata.get(USAGE_NAMESPACE)
     return ExchangeEnd(
         slot=slot,
@@ -85,6 +86,12 @@ def _exchange_end(entry: accesslog_pb2.HTTPAccessLogEntry) -> ExchangeEnd | None
         completion_tokens=_count(usage, "completion_tokens"),
         response_body_bytes=entry.response.response_body_bytes,
     )
+
+
+def _slot(exchange: struct_pb2.Struct | None) -> str:
+    if exchange is None or SLOT_KEY not in exchange.fields:
+        return ""
+    return str(exchange.fields[SLOT_KEY].string_value)
 
 
 def _count(usage: struct_pb2.Struct | None, key: str) -> int | None:

@@ -45,6 +45,7 @@ class Upstream:
     remove_headers: tuple[str, ...] = ()
     replace_body: bytes | None = None
     reroute: bool = False  # the headers set choose the route: Envoy must choose it again
+    slot: str = ""  # the slot it holds, for the access log to name (tags.EXCHANGE_NAMESPACE)
 
 
 @dataclass(frozen=True)

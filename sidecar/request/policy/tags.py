@@ -1,13 +1,21 @@
 """The headers the sidecar sets on an admitted request, for Envoy and the engines: Envoy
 routes on the pool's, copies the overflow's into the answer and logs the others back to
-the sidecar when the exchange ends. A client may send none of them."""
+the sidecar when the exchange ends. A client may send none of them.
+
+The slot is no header: whoever names a slot in an access-log entry gives it back and
+settles its charge, so it goes where neither clients nor engines read or write it, the
+exchange's dynamic metadata (namespace EXCHANGE_NAMESPACE, which Envoy's ext_proc filter
+takes from the sidecar alone and its access log carries back)."""
 
 from __future__ import annotations
 
 INTERNAL_PREFIX = "x-qos-"
 TIER_HEADER = "x-qos-tier"
 TENANT_HEADER = "x-qos-tenant"
-# The slot an admission holds, given back when the access log names it.
+EXCHANGE_NAMESPACE = "qos.exchange"
+# The slot an admission holds, given back when the access log names it (in metadata).
+SLOT_KEY = "slot"
+# The header earlier versions sent it in: stripped from clients' requests still.
 SLOT_HEADER = "x-qos-slot"
 QUEUE_WAIT_HEADER = "x-qos-queue-wait-ms"
 # Envoy routes on it to the cluster named after the pool (route cluster_header); set by
@@ -16,4 +24,4 @@ POOL_HEADER = "x-qos-pool"
 # Marks a stream whose usage Envoy is to read for its settlement.
 USAGE_HEADER = "x-qos-usage"
 # What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
-LOGGED_HEADERS = (SLOT_HEADER, TIER_HEADER, TENANT_HEADER, QUEUE_WAIT_HEADER)
+LOGGED_HEADERS = (TIER_HEADER, TENANT_HEADER, QUEUE_WAIT_HEADER)

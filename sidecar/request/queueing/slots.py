@@ -66,7 +66,8 @@ class SlotTable:
         pool: str = DEFAULT_POOL,
         reservation: Reservation | None = None,
     ) -> Slot:
-        slot_id = f"{self.owner}-{next(self._numbers)}"
+        # Unguessable past its owner: only the exchange's own access-log entry names it.
+        slot_id = f"{self.owner}-{next(self._numbers)}-{secrets.token_hex(6)}"
         slot = Slot(slot_id, tier, tenant, self._clock(), stream, pool, reservation)
         self._slots[slot.id] = slot
         self._held[slot.pool, slot.tier] += 1

@@ -113,7 +113,7 @@ class ReadSlots(als_pb2_grpc.AccessLogServiceServicer):
     async def StreamAccessLogs(self, request_iterator, context):
         async for message in request_iterator:
             for entry in message.http_logs.log_entry:
-                entry.request.request_headers.get("x-qos-slot")
+                entry.common_properties.metadata.filter_metadata.get("qos.exchange")
         return als_pb2.StreamAccessLogsResponse()
 
 

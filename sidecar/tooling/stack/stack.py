@@ -29,6 +29,8 @@ from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
 REPORT_TOKEN_ENV = "QOS_REPORT_TOKEN"
+# Envoy's token, in its environment and the sidecar's (envoy_auth.py).
+ENVOY_TOKEN_ENV = "QOS_ENVOY_TOKEN"
 # A pod's report is kept for this many report intervals: a late report or two (a busy
 # model server answers /metrics slowly) must not make its load unknown.
 REPORTS_KEPT = 5
@@ -161,10 +163,12 @@ class Stack:
     processes: list[ManagedProcess] = field(default_factory=list)
     admin_token: str = ""
     report_token: str = ""  # what its sidecars ask of the reporters' reports
+    envoy_token: str = ""  # what its sidecars ask of its Envoy's streams
 
     def __post_init__(self) -> None:
         self.admin_token = self.options.admin_token or secrets.token_urlsafe(24)
         self.report_token = secrets.token_urlsafe(24)
+        self.envoy_token = secrets.token_urlsafe(24)
 
     @property
     def dashboard_url(self) -> str:
@@ -310,6 +314,7 @@ class Stack:
                     **dict(self.options.sidecar_env),
                     ADMIN_TOKEN_ENV: self.admin_token,
                     REPORT_TOKEN_ENV: self.report_token,
+                    ENVOY_TOKEN_ENV: self.envoy_token,
                 },
             ).process
         )
@@ -350,6 +355,11 @@ class Stack:
         self.process("sidecar").wait_ready(
             lambda: readiness.pods_reporting(self.sidecar_admin_url) >= len(self.engine_urls)
         )
+
+    @property
+    def envoy_env(self) -> dict[str, str]:
+        """What an Envoy in front of this stack's sidecar needs in its environment."""
+        return {ENVOY_TOKEN_ENV: self.envoy_token}
 
     @property
     def reporter_env(self) -> dict[str, str]:
@@ -418,6 +428,7 @@ class Stack:
                 self.options.work_dir,
                 self.options.envoy_admin_port,
                 concurrency=self.options.envoy_concurrency,
+                env=self.envoy_env,
             )
         )
 
@@ -433,8 +444,10 @@ def start_envoy(
     admin_port: int,
     name: str = "envoy",
     concurrency: int = 0,
+    env: dict[str, str] | None = None,
 ) -> ManagedProcess:
-    """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns.
+    """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns;
+    `env`: secrets it reads from its environment (the sidecar's token).
     A config whose mode layer follows no sidecar's state directory here (the shipped
     path) reads an empty one of its own: Envoy does not start on a missing directory."""
     if not envoy_config.state_dir_of(config).is_dir():
@@ -453,7 +466,7 @@ def start_envoy(
     ]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
-    envoy = ManagedProcess(name, argv, work_dir / f"{name}.log")
+    envoy = ManagedProcess(name, argv, work_dir / f"{name}.log", env)
     envoy.start_ready(lambda: readiness.envoy_ready(f"http://127.0.0.1:{admin_port}"))
     return envoy
 
