@@ -5,13 +5,17 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sidecar.ports import free_port
 from sidecar.routes.table import BUILT_IN, CLIENT_READS, OPERATIONAL
 from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.stack import start_envoy
 
 pytestmark = pytest.mark.integration
 
@@ -188,3 +192,49 @@ def test_drop_in_deny_by_default_routes_validate(tmp_path):
     host["routes"] = [api, snippet["undecided_route"]]
     result = validate(envoy_config.write(config, tmp_path / "with-deny-by-default.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", SHIPPED_MANAGERS, ids=lambda p: p.name)
+def test_every_shipped_envoy_keeps_its_admin_api_on_loopback(path):
+    config = yaml.safe_load(path.read_text())
+    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    listeners = {item["name"] for item in config["static_resources"]["listeners"]}
+    assert listeners == {"llm_ingress", envoy_config.STATS_LISTENER}
+
+
+def test_the_stats_listener_serves_stats_and_readiness_and_nothing_else(tmp_path):
+    listen, admin, stats = free_port(), free_port(), free_port()
+    config = envoy_config.adapt(
+        envoy_config.load(envoy_config.ENVOY_DIR.parent / "deploy/kubernetes/base/envoy.yaml"),
+        listen=("127.0.0.1", listen),
+        admin_port=admin,
+        stats_port=stats,
+        sidecar=("127.0.0.1", free_port()),
+        upstreams=[("127.0.0.1", free_port())],
+    )
+    envoy = start_envoy(config, tmp_path, admin, "envoy-stats", 1)
+    try:
+
+        def ask(method: str, path: str) -> tuple[int, str]:
+            request = urllib.request.Request(f"http://127.0.0.1:{stats}{path}", method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as error:
+                return error.code, ""
+
+        status, text = ask("GET", "/stats/prometheus")
+        assert status == 200 and "envoy_server_live" in text
+        assert ask("GET", "/ready") == (200, "LIVE\n")
+        for method, path in [
+            ("POST", "/quitquitquit"),
+            ("POST", "/runtime_modify?qos.core_only=0"),
+            ("POST", "/drain_listeners"),
+            ("GET", "/config_dump"),
+            ("POST", "/stats/prometheus"),
+            ("GET", "/stats/prometheus/../../quitquitquit"),
+        ]:
+            assert ask(method, path)[0] == 404, (method, path)
+        assert envoy.running()  # none of them reached the admin API
+    finally:
+        envoy.stop()

@@ -243,10 +243,11 @@ def test_only_who_needs_a_port_may_reach_it():
 
     assert sources("qos-gateway", 8080) == [None]  # clients, from anywhere
     assert sources("qos-gateway", 50051) == [[{"podSelector": {"matchLabels": {"app": "vllm"}}}]]
-    (admin,) = sources("qos-gateway", 9090)
-    assert admin[0]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": "monitoring"
-    }
+    for port in (9090, 9902):  # the sidecar's metrics, Envoy's stats
+        (admin,) = sources("qos-gateway", port)
+        assert admin[0]["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": "monitoring"
+        }
     assert sources("qos-gateway", 9901) == []  # Envoy's admin: from nowhere
     gateway_only = [[{"podSelector": {"matchLabels": {"app": "qos-gateway"}}}]]
     assert sources("redis", 6379) == gateway_only
@@ -265,8 +266,11 @@ def test_prometheus_scrapes_the_admin_service_and_promtool_passes_the_alerts(tmp
         and monitor["selector"]["matchLabels"].items() <= d["metadata"].get("labels", {}).items()
     ]
     assert [d["metadata"]["name"] for d in selected] == ["qos-admin"]  # the alerts' job
-    (endpoint,) = monitor["endpoints"]
-    assert endpoint["port"] in [p["name"] for p in selected[0]["spec"]["ports"]]
+    # The sidecar's metrics and Envoy's, each from a port the Service has.
+    scraped = {(e["port"], e["path"]) for e in monitor["endpoints"]}
+    assert scraped == {("admin", "/metrics"), ("envoy-stats", "/stats/prometheus")}
+    ports = [p["name"] for p in selected[0]["spec"]["ports"]]
+    assert {port for port, _ in scraped} <= set(ports)
     rules = named(monitoring, "PrometheusRule", "qos-sidecar")["spec"]
     alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
     assert alerts >= {

@@ -24,7 +24,7 @@ def test_compose_services_profiles_and_mounts():
     assert state in services["sidecar"]["volumes"] and "qos-state" in compose["volumes"]
     assert "ENV QOS_STATE_DIR=/var/lib/qos-sidecar" in (REPO / "Dockerfile").read_text()
     # Admin endpoints are published on loopback only.
-    assert "127.0.0.1:9901:9901" in services["envoy"]["ports"]
+    assert any(p.startswith("127.0.0.1:9902:9902") for p in services["envoy"]["ports"])
     assert "127.0.0.1:9090:9090" in services["sidecar"]["ports"]
     assert services["sidecar"]["environment"]["REDIS_URL"] == (
         "redis://:${REDIS_PASSWORD}@redis:6379/0"

@@ -25,6 +25,8 @@ def test_adapt_moves_every_address_and_keeps_the_rest():
 def test_compose_config_is_the_local_config_with_container_addresses():
     local = envoy_config.load()
     compose = envoy_config.load(envoy_config.ENVOY_DIR / "compose.yaml")
-    assert {c["type"] for c in compose["static_resources"]["clusters"]} == {"STRICT_DNS"}
+    # The admin cluster is the container's own loopback; every other one a compose name.
+    types = {c["name"]: c["type"] for c in compose["static_resources"]["clusters"]}
+    assert types.pop("envoy_admin") == "STATIC" and set(types.values()) == {"STRICT_DNS"}
     assert {c["type"] for c in local["static_resources"]["clusters"]} == {"STATIC"}
     assert envoy_config.as_local(compose) == envoy_config.as_local(local)

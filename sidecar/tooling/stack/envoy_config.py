@@ -25,6 +25,8 @@ QOS_FILTERS = (
 )
 
 
+# The listener that serves the admin API's stats and readiness beyond loopback.
+STATS_LISTENER = "stats"
 # The disk runtime layer that holds the mode while no sidecar answers.
 LAST_KNOWN_LAYER = "qos-last-known"
 
@@ -88,18 +90,28 @@ def adapt(
     upstreams: list[tuple[str, int]],
     pools: dict[str, list[tuple[str, int]]] | None = None,
     state_dir: Path | None = None,
+    stats_port: int | None = None,
 ) -> dict[str, Any]:
     """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced,
     and a cluster per model pool (named after it, as the x-qos-pool route wants) when
     `pools` names their upstreams; the default cluster `vllm` keeps `upstreams`. Its disk
-    runtime layer follows the link in the sidecar's `state_dir`, when given."""
+    runtime layer follows the link in the sidecar's `state_dir`, when given. The stats
+    listener listens on `stats_port` (loopback), or is left out."""
     config = copy.deepcopy(config)
     if state_dir is not None:
         with_state_dir(config, state_dir)
     config["admin"]["address"] = _socket("127.0.0.1", admin_port)
     resources = config["static_resources"]
-    _by_name(resources["listeners"], "llm_ingress")["address"] = _socket(*listen)
+    listeners = resources["listeners"]
+    _by_name(listeners, "llm_ingress")["address"] = _socket(*listen)
+    if stats_port is None:
+        listeners.remove(_by_name(listeners, STATS_LISTENER))
+    else:
+        _by_name(listeners, STATS_LISTENER)["address"] = _socket("127.0.0.1", stats_port)
     clusters = resources["clusters"]
+    _by_name(clusters, "envoy_admin")["load_assignment"]["endpoints"] = _endpoints(
+        [("127.0.0.1", admin_port)]
+    )
     _by_name(clusters, "qos_sidecar")["load_assignment"]["endpoints"] = [
         {"lb_endpoints": [{"endpoint": {"address": _socket(*sidecar)}}]}
     ]
@@ -142,6 +154,7 @@ def as_local(config: dict[str, Any]) -> dict[str, Any]:
         config,
         listen=("127.0.0.1", 8080),
         admin_port=9901,
+        stats_port=9902,
         sidecar=("127.0.0.1", 50051),
         upstreams=[("127.0.0.1", 8001), ("127.0.0.1", 8002)],
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from sidecar.tooling.stack.envoy_config import ENVOY_DIR, LOCAL_CONFIG
 
 REPO = ENVOY_DIR.parent
-_ADMIN = "socket_address: {address: 127.0.0.1, port_value: 9901}"
+_STATS = "socket_address: {address: 127.0.0.1, port_value: 9902}"
 _LISTENER = (
     "socket_address: {address: 127.0.0.1, port_value: 8080}  # `up --listen-host 0.0.0.0` to expose"
 )
@@ -43,11 +43,7 @@ VARIANTS = (
 # only real GPUs take traffic.
 """,
         (
-            (
-                _ADMIN,
-                "socket_address: {address: 0.0.0.0, port_value: 9901}"
-                "  # published on 127.0.0.1 only",
-            ),
+            (_STATS, "socket_address: {address: 0.0.0.0, port_value: 9902}"),
             (_LISTENER, "socket_address: {address: 0.0.0.0, port_value: 8080}"),
             (_SIDECAR_CLUSTER, "  - name: qos_sidecar\n    type: STRICT_DNS"),
             ("{address: 127.0.0.1, port_value: 50051}", "{address: sidecar, port_value: 50051}"),
@@ -65,8 +61,9 @@ VARIANTS = (
         "Service.\n",
         (
             (
-                _ADMIN,
-                "socket_address: {address: 0.0.0.0, port_value: 9901}  # for the readiness probe",
+                _STATS,
+                "socket_address: {address: 0.0.0.0, port_value: 9902}"
+                "  # the readiness probe, Prometheus",
             ),
             (_LISTENER, "socket_address: {address: 0.0.0.0, port_value: 8080}"),
             (_POOLS, "(e.g. the headless Service vllm-shop of a pool named shop):"),
