@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from sidecar.config.runtime_layer import CORE_ONLY_KEY, LAYER
-from sidecar.config.store import API_KEYS_KEY, MODE_KEY
+from sidecar.config.store import API_KEYS_KEY, CHECKSUM_KEY, MODE_KEY, VERSION_KEY
 from sidecar.ports import free_port
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.processes import ManagedProcess
@@ -30,6 +30,7 @@ from tests.integration.helpers import (
     SteadyLoad,
     chat_once,
     cli,
+    readyz,
     recorded,
     recording_upstream,
     scrape,
@@ -165,6 +166,10 @@ async def test_sidecar_restarted_without_redis_then_redis_back_empty(gateway):
         await wait_until(lambda: len(load.results) > restarted + 30, what="requests without Redis")
         samples = scrape(f"{stack.sidecar_admin_url}/metrics")
         assert samples['qos_config_source{source="local_copy"}'] == 1
+        # Ready (its pod stays in the Service), saying what it serves from.
+        status, body = readyz(stack.sidecar_admin_url)
+        assert status == 200 and body.startswith("ready\nRedis not reached"), body
+        assert "last known good configuration" in body
         gateway.start_redis_empty()
         await wait_until(
             lambda: (
@@ -272,6 +277,15 @@ async def test_the_mode_key_and_the_key_index_deleted_by_hand_are_put_back(gatew
     try:
         async with SteadyLoad(lambda session: both(gateway, session), clients=2) as load:
             await wait_until(lambda: len(load.results) > 10, what="requests before")
+            # The checksum of the version in force is recorded (what lets a command tell
+            # a part is lost): the sidecar records it a moment after loading the version.
+            version = (await raw.get(VERSION_KEY)).decode()
+            for _ in range(100):
+                if ((await raw.get(CHECKSUM_KEY)) or b"").decode().startswith(f"{version}:"):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("no checksum recorded for the version in force")
             deleted = time.monotonic()
             assert await raw.delete(MODE_KEY, API_KEYS_KEY) == 2
             while not (await raw.exists(MODE_KEY) and await raw.exists(API_KEYS_KEY)):
