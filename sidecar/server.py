@@ -362,11 +362,14 @@ class SidecarServer:
         )
 
     def _notes(self) -> list[str]:
-        """What /readyz says beside "ready": files refused while the last good serves."""
-        return [
+        """What /readyz says beside "ready": Redis away while the copy on disk serves,
+        files refused while the last good serves."""
+        without_redis = self.watcher.serving_without_redis
+        refused = [
             f"refused, the last good configuration serves: {why}"
             for why in self.files.refused.values()
         ]
+        return [without_redis, *refused] if without_redis else refused
 
     def _not_ready(self) -> str | None:
         """Why /readyz answers 503, or None when the sidecar is ready."""

@@ -87,22 +87,30 @@ class ConfigWatcher:
 
     @property
     def not_ready_because(self) -> str | None:
-        if self.unreached is not None:
-            if self.source == Source.LOCAL_COPY:
-                held = (
-                    f"deciding on the last known good configuration, version "
-                    f"{self.current.version} of store {self.current.store_id}, from disk"
-                )
-            else:
-                held = (
-                    "no copy of the configuration on disk: holding what is safe (core-only, "
-                    "no tenant known)"
-                )
-            alone = "budgets are this sidecar's alone until it is"
-            return f"Redis not reached ({self.unreached}): {held}; {alone}"
+        """Why this sidecar should take no traffic (its pod out of the Service), or None.
+        Without Redis it serves the last known good configuration from disk: ready, for
+        taking every pod out while Redis is away would stop what core-only keeps going;
+        holding only what is safe (no copy), it is not."""
+        if self.unreached is not None and self.source != Source.LOCAL_COPY:
+            return (
+                f"Redis not reached ({self.unreached}): no copy of the configuration on "
+                "disk: holding what is safe (core-only, no tenant known); budgets are this "
+                "sidecar's alone until it is"
+            )
         if self._started_on_problem:
             return f"{self.problem}\n{REPAIR_HINT}"
         return None
+
+    @property
+    def serving_without_redis(self) -> str | None:
+        """What a ready sidecar without Redis says beside "ready", or None."""
+        if self.unreached is None or self.source != Source.LOCAL_COPY:
+            return None
+        return (
+            f"Redis not reached ({self.unreached}): deciding on the last known good "
+            f"configuration, version {self.current.version} of store "
+            f"{self.current.store_id}, from disk; budgets are this sidecar's alone until it is"
+        )
 
     def snapshot(self) -> Snapshot:
         """The configuration in force, always the latest."""

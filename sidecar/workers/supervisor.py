@@ -38,6 +38,8 @@ from sidecar.workers.worker import WORKER_ENV, Worker
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_SECONDS = 1.0
+# How long a worker's loop may take to answer /healthz before it counts as wedged.
+HEALTH_SECONDS = 3.0
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
@@ -166,10 +168,13 @@ class Supervisor:
         site = web.TCPSite(self._admin, self._settings.admin_host, self._settings.admin_port)
         await site.start()
 
-    async def _get(self, child: _Child, path: str) -> tuple[int, str] | None:
+    async def _get(
+        self, child: _Child, path: str, seconds: float | None = None
+    ) -> tuple[int, str] | None:
         assert self._http is not None
+        timeout = aiohttp.ClientTimeout(total=seconds) if seconds else None
         try:
-            async with self._http.get(child.admin_url + path) as response:
+            async with self._http.get(child.admin_url + path, timeout=timeout) as response:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError):
             return None
@@ -186,10 +191,22 @@ class Supervisor:
         )
 
     async def _healthz(self, _request: web.Request) -> web.Response:
+        """Alive when every worker runs and its loop answers its own /healthz within
+        HEALTH_SECONDS: a wedged worker fails the liveness probe like a dead one."""
         alive = [c.process is not None and c.process.returncode is None for c in self._children]
-        if all(alive):
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text=f"{alive.count(False)} worker(s) down\n")
+        if not all(alive):
+            return web.Response(status=503, text=f"{alive.count(False)} worker(s) down\n")
+        answers = await asyncio.gather(
+            *(self._get(c, "/healthz", HEALTH_SECONDS) for c in self._children)
+        )
+        stuck = [
+            child.worker.index
+            for child, answer in zip(self._children, answers, strict=True)
+            if answer is None or answer[0] != 200
+        ]
+        if stuck:
+            return web.Response(status=503, text=f"worker(s) {stuck} do not answer\n")
+        return web.Response(text="ok\n")
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         answers = await asyncio.gather(*(self._get(c, "/readyz") for c in self._children))

@@ -49,9 +49,9 @@ async def in_force(store: ConfigStore, sidecars, check) -> float:
         await asyncio.sleep(0.02)
 
 
-async def tier_of(address: str, key: str) -> str:
+async def tier_of(address: str, key: str, envoy_token: str = "") -> str:
     async with grpc.aio.insecure_channel(address) as channel:
-        answer = await ExtProcClient(channel).decide(BODY, api_key=key)
+        answer = await ExtProcClient(channel, envoy_token).decide(BODY, api_key=key)
     if answer.WhichOneof("response") == "request_body":
         mutation = answer.request_body.response.header_mutation
     else:  # answered here: P2 is shed while no pod reports its load
@@ -226,7 +226,7 @@ async def test_a_file_of_5000_tenants_applies_while_every_request_is_decided(tmp
         finally:
             await client.aclose()
         assert {result for result in load.results} == {(200, "p0")}
-        assert await tier_of(stack.sidecar_grpc, "k-shop-04999") == "p1"
+        assert await tier_of(stack.sidecar_grpc, "k-shop-04999", stack.envoy_token) == "p1"
     print(f"5000 tenants in force {took:.2f} s after the change, {len(load.results)} requests")
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import urllib.error
+import urllib.request
 
 import aiohttp
 import pytest
@@ -102,6 +104,28 @@ async def test_a_worker_that_dies_is_started_again(workers_stack):
     async with aiohttp.ClientSession() as session:
         statuses = await asyncio.gather(*(streamed(session, workers_stack) for _ in range(8)))
     assert statuses == [200] * 8
+
+
+def health_status(url: str) -> int:
+    """/healthz's status, as a probe with a long timeout gets it."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+async def test_a_wedged_worker_fails_the_liveness_check(workers_stack):
+    """A worker whose loop answers nothing (stopped, as by a stuck call) makes /healthz
+    503 within a few seconds, though its process is there; answering again, 200."""
+    health = f"{workers_stack.sidecar_admin_url}/healthz"
+    (worker, *_) = children(workers_stack.process("sidecar").pid)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        await wait_until(lambda: health_status(health) == 503, within=15, what="503")
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    await wait_until(lambda: readiness.http_ok(health, b"ok"), within=15, what="alive again")
 
 
 async def test_the_dashboard_and_its_api_answer_on_the_one_admin_port(workers_stack):

@@ -25,9 +25,9 @@ async def test_an_end_goes_to_the_worker_whose_slot_it_names(tmp_path):
     await first.start()
     await second.start()
     try:
-        assert not second.forward(end("abcw1-1"))  # its own: nothing to pass on
-        assert not second.forward(end("fffw0-1"))  # another gateway's
-        sent = [end(f"abcw0-{n}") for n in range(50)]
+        assert not second.forward(end("abcw1-1-9f0e"))  # its own: nothing to pass on
+        assert not second.forward(end("fffw0-1-9f0e"))  # another gateway's
+        sent = [end(f"abcw0-{n}-{n:04x}") for n in range(50)]
         assert all(second.forward(e) for e in sent)
         await wait_until(lambda: len(got) == len(sent), what="every end passed on")
         assert got == sent  # whole, in order, flags and usage included

@@ -11,6 +11,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
+from sidecar import envoy_auth
+
 
 def http_headers(pairs: dict[str, str], end_of_stream: bool) -> ext_proc.HttpHeaders:
     """Headers as Envoy sends them (raw_value bytes)."""
@@ -23,8 +25,11 @@ def http_headers(pairs: dict[str, str], end_of_stream: bool) -> ext_proc.HttpHea
 
 
 class ExtProcClient:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    """`envoy_token`: what the sidecar asks of Envoy's streams (its QOS_ENVOY_TOKEN)."""
+
+    def __init__(self, channel: grpc.aio.Channel, envoy_token: str = "") -> None:
         self._stub = ext_proc_grpc.ExternalProcessorStub(channel)
+        self._metadata = ((envoy_auth.HEADER, envoy_token),) if envoy_token else None
 
     async def decide(
         self,
@@ -36,7 +41,7 @@ class ExtProcClient:
         pairs = {":method": "POST", ":path": path, "content-type": "application/json"}
         if api_key:
             pairs["authorization"] = f"Bearer {api_key}"
-        stream = self._stub.Process()
+        stream = self._stub.Process(metadata=self._metadata)
         try:
             await stream.write(
                 ext_proc.ProcessingRequest(request_headers=http_headers(pairs, False))

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 
 import grpc
 
+from sidecar import envoy_auth
 from sidecar.request.extproc.client import ExtProcClient
 from sidecar.tooling.benchmarks.report import percentile
 
@@ -26,7 +28,8 @@ BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": "buy " * 1
 async def probe(address: str, seconds: float, api_key: str) -> dict[str, float | None]:
     latencies = []
     async with grpc.aio.insecure_channel(address) as channel:
-        client = ExtProcClient(channel)
+        # The sidecar's Envoy token, when it asks for one (the stack passes it on).
+        client = ExtProcClient(channel, os.environ.get(envoy_auth.ENV, ""))
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             started = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -295,7 +296,9 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                     stack.config.forget_latencies()  # each QoS run steers from scratch
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
-                probing = _start_probes(targets, settings.seconds) if run == QOS else {}
+                probing = (
+                    _start_probes(targets, settings.seconds, stack.envoy_env) if run == QOS else {}
+                )
                 shots = None
                 if run == QOS and settings.screenshots:
                     shots = screenshots.take_at(
@@ -448,7 +451,9 @@ def _start_noop(stack: Stack, work: Path) -> str:
     return address
 
 
-def _start_probes(targets: dict[str, str], seconds: float) -> dict[str, subprocess.Popen]:
+def _start_probes(
+    targets: dict[str, str], seconds: float, env: dict[str, str]
+) -> dict[str, subprocess.Popen]:
     return {
         name: subprocess.Popen(
             [
@@ -464,6 +469,7 @@ def _start_probes(targets: dict[str, str], seconds: float) -> dict[str, subproce
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, **env},  # the sidecar's Envoy token, secret
         )
         for name, address in targets.items()
     }
