@@ -4,11 +4,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
-# xds-protos ships an older copy of the OpenTelemetry protos in opentelemetry-proto's
-# files: the tracer's exporter needs opentelemetry-proto's own, installed last.
 RUN pip install --no-cache-dir ".[uvloop,exact]" \
-    && pip install --no-cache-dir --force-reinstall --no-deps \
-       "opentelemetry-proto==$(python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')" \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin qos \
     && install -d -o 10001 -m 0755 /var/lib/qos-sidecar
 # Not root; nothing written outside /tmp and the state directory (the manifests mount the

@@ -37,8 +37,10 @@ ensure_venv() {
 }
 
 # prefer_opentelemetry_protos PYTHON: xds-protos ships an older copy of the OpenTelemetry
-# protos, in the same files as opentelemetry-proto's; whichever pip installs last wins,
-# and the OTLP exporter needs the newer. Envoy's messages take the newer as well.
+# protos, in the same files as opentelemetry-proto's; whichever pip installs last wins.
+# The sidecar needs neither (it encodes its spans in protos of its own); the tests
+# decode what it sends with OpenTelemetry's own (the `test` extra's exporter package),
+# so the venv prefers those. A plain `pip install .` works without this.
 prefer_opentelemetry_protos() {
   local version
   version="$("$1" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"

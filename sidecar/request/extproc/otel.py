@@ -12,6 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from sidecar.request.extproc import otlp_export
+from sidecar.request.extproc.otlp_export import OtlpSettingInvalid, OtlpTarget
 from sidecar.request.extproc.tracing import (
     SPAN_NAME,
     Traced,
@@ -73,24 +75,8 @@ class OtelTracing:
 
 
 def _exporter(environment: Mapping[str, str]) -> SpanExporter:
-    protocol = (
-        environment.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or environment.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    )
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter as GrpcExporter,
-            )
-        except ImportError:
-            raise SystemExit(
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc"
-            ) from None
-        exporter: SpanExporter = GrpcExporter()
-        return exporter
-    if protocol != "http/protobuf":
-        raise SystemExit(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: http/protobuf or grpc")
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter()
+    try:
+        target = OtlpTarget.from_environment(environment)
+    except OtlpSettingInvalid as error:
+        raise SystemExit(str(error)) from None
+    return otlp_export.exporter(target)

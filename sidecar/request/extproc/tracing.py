@@ -64,15 +64,8 @@ def enabled(environment: Mapping[str, str] = os.environ) -> bool:
 def from_environment(environment: Mapping[str, str] = os.environ) -> DecisionTracer:
     if not enabled(environment):
         return NoTracing()
-    try:
-        from sidecar.request.extproc.otel import OtelTracing  # the SDK, only when asked for
-    except ImportError as error:
-        raise SystemExit(
-            f"tracing is asked for (OTEL_EXPORTER_OTLP_*) but cannot load: {error}. "
-            "xds-protos installs an older copy of the OpenTelemetry protos; reinstall "
-            "opentelemetry-proto after it: pip install --force-reinstall --no-deps "
-            "opentelemetry-proto"
-        ) from None
+    from sidecar.request.extproc.otel import OtelTracing  # the SDK, only when asked for
+
     return OtelTracing.from_environment(environment)
 
 

@@ -12,8 +12,10 @@ import yaml
 
 from sidecar.config.state_dir import StateDir
 
-ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"
-LOCAL_CONFIG = ENVOY_DIR / "envoy.yaml"
+ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"  # in a checkout
+# envoy/envoy.yaml, through a link in the checkout and as a copy in an installed package:
+# `qos-sidecar up` runs it wherever the package is.
+LOCAL_CONFIG = Path(__file__).parent / "envoy.yaml"
 # The HTTP filters QoS adds, in their order: the one that lifts a whole answer's usage
 # for settlement (it only reads responses), the one that drops clients' engine headers,
 # ext_proc, and the one that reads a marked stream's usage.
