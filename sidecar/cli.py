@@ -33,7 +33,7 @@ COMMANDS = {
     ),
     "config": (
         "sidecar.operator.commands.config",
-        "show, set, import and export the QoS configuration",
+        "show, set, import and export the QoS configuration; validate files offline",
     ),
     "mode": (
         "sidecar.operator.commands.mode",

@@ -47,6 +47,8 @@ MAX_TENANTS = 100_000
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 TenantName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
+# What an editor's schema says of a key (the validator below says it in words).
+ApiKey = Annotated[str, Field(json_schema_extra={"pattern": f"^({DIGEST.pattern}|{KEY.pattern})$"})]
 
 
 class FileRefused(ValueError):
@@ -55,7 +57,7 @@ class FileRefused(ValueError):
 
 class DeclaredTenant(Tenant):
     # Its API keys: the keys themselves, or their SHA-256 digests as "sha256:<hex>".
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[ApiKey, ...] = ()
 
     @field_validator("api_keys")
     @classmethod
@@ -74,7 +76,11 @@ class DeclaredTenant(Tenant):
 
 
 class TenantsFile(Strict):
-    tenants: dict[TenantName, DeclaredTenant]
+    # A name not of the pattern is no tenant (the schema's patternProperties alone let
+    # any other name through).
+    tenants: dict[TenantName, DeclaredTenant] = Field(
+        json_schema_extra={"additionalProperties": False}
+    )
     max_revoked_share: float | None = Field(default=None, ge=0, le=1)
 
 
@@ -128,6 +134,13 @@ def read_tenants(path: Path) -> Read:
         raise FileRefused(f"{path} refused:\n{describe(error)}") from None
     tenants = {name: Declared(t.record(), t.digests()) for name, t in file.tenants.items()}
     return Read(fingerprint, DeclaredTenants(tenants, file.max_revoked_share))
+
+
+def declares_tenants(path: Path) -> bool:
+    """Whether the file is a tenants file (it says `tenants:`), read within the bounds."""
+    text, _ = _text(path)
+    document = _parsed(path, text, "no tenants says `tenants: {}`, every default `{}`")
+    return isinstance(document, dict) and "tenants" in document
 
 
 def _text(path: Path) -> tuple[str, str]:

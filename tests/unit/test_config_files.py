@@ -11,6 +11,12 @@ from sidecar.config.file_reader import read_apart
 from sidecar.config.files import Declared, FileRefused, Read, read_config, read_tenants
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import Snapshot, hash_api_key
+from tests.unit.bad_files import (
+    BAD_CONFIGURATIONS,
+    BAD_TENANTS,
+    TENANTS_NOT_WHOLE,
+    TENANTS_NOT_WHOLE_IDS,
+)
 
 
 def test_a_configuration_file_takes_defaults_for_what_it_leaves_out(tmp_path):
@@ -23,14 +29,7 @@ def test_a_configuration_file_takes_defaults_for_what_it_leaves_out(tmp_path):
     assert read_config(path).declared == read.declared  # the same document
 
 
-@pytest.mark.parametrize(
-    ("text", "named"),
-    [
-        ("tiers: {p2: {share: 5}}", "tiers.p2.share"),
-        ("fleet: {cores: 2}", "fleet.cores: unknown key"),
-        ("fleet: [", "not YAML"),
-    ],
-)
+@pytest.mark.parametrize(("text", "named"), BAD_CONFIGURATIONS)
 def test_a_bad_configuration_file_is_refused_naming_it_and_the_key(tmp_path, text, named):
     path = tmp_path / "qos.yaml"
     path.write_text(text)
@@ -59,15 +58,7 @@ def test_tenants_keep_only_their_keys_hashes(tmp_path):
     assert "api_keys" not in tenants["care"].record.model_dump()
 
 
-@pytest.mark.parametrize(
-    ("text", "named"),
-    [
-        ("tenants: {pay: {tier: p9}}", "tenants.pay.tier"),
-        ("tenants: {'bad name': {tier: p0}}", "tenants.bad name"),
-        ("tenants: {pay: {tier: p0, api_keys: ['has space']}}", "tenants.pay.api_keys"),
-        ("tenants: {pay: {tier: p0, color: red}}", "tenants.pay.color: unknown key"),
-    ],
-)
+@pytest.mark.parametrize(("text", "named"), BAD_TENANTS)
 def test_a_bad_tenants_file_is_refused_whole(tmp_path, text, named):
     path = tmp_path / "tenants.yaml"
     path.write_text(text)
@@ -76,20 +67,7 @@ def test_a_bad_tenants_file_is_refused_whole(tmp_path, text, named):
     assert named in str(refused.value)
 
 
-@pytest.mark.parametrize(
-    ("text", "said"),
-    [
-        ("", "holds nothing"),
-        ("   \n# only a comment\n", "holds nothing"),
-        ("tenants:\n  pay: {tier: p0\n", "not YAML"),  # cut mid-record
-        ("tenants:\n  pay:\n    tier: p", "tenants.pay.tier"),  # cut mid-value
-        ("{}", "tenants: Field required"),  # no tenants is said outright
-        ("tenants: &t {pay: {tier: p0}}\nmore: *t", "aliases"),
-        ("tenants: " + "[" * 20_000 + "]" * 20_000, "nest"),  # libyaml's own limit
-        ("tenants:\n" + "".join(f"{' ' * i}- \n" for i in range(1, 3000)), "nested deeper"),
-    ],
-    ids=["empty", "comments", "cut-record", "cut-value", "unsaid", "alias", "deep", "indented"],
-)
+@pytest.mark.parametrize(("text", "said"), TENANTS_NOT_WHOLE, ids=TENANTS_NOT_WHOLE_IDS)
 def test_a_tenants_file_not_whole_is_refused(tmp_path, text, said):
     path = tmp_path / "tenants.yaml"
     path.write_text(text)

@@ -1,4 +1,5 @@
-"""`qos-sidecar config show|set|import|export|diff`: the QoS configuration in Redis.
+"""`qos-sidecar config show|set|import|export|diff`: the QoS configuration in Redis
+(`validate` and `schema`, which need none, are config_offline.py's).
 
 Every change is validated whole before it is written: an unknown key or a bad value is
 refused with its name, and what Redis holds stays as it was. A document a file declares
@@ -24,6 +25,7 @@ from sidecar.config.base import deep_merge, describe
 from sidecar.config.files import FileRefused, read_config
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
+from sidecar.operator.commands import config_offline
 from sidecar.operator.commands.common import (
     CommandError,
     actor,
@@ -57,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     diff = actions.add_parser("diff", help="what applying a YAML/JSON file would change")
     diff.add_argument("file", type=Path)
     diff.set_defaults(run=lambda args: run_with_store(args, _diff))
+    config_offline.add_actions(actions)
     for sub in (change, load):
         add_override_argument(sub, "the document")
         add_by_argument(sub)
