@@ -23,6 +23,10 @@ COMMANDS = {
         "run the local stack: Redis, sidecar, Envoy, mock vLLM replicas",
     ),
     "mock-vllm": ("sidecar.tooling.mockvllm.server", "run the vLLM stand-in: one simulated GPU"),
+    "drain-envoy": (
+        "sidecar.operator.drain",
+        "drain the pod's Envoy before it and the sidecar stop (a preStop hook)",
+    ),
     "report": (
         "sidecar.operator.reporter",
         "report one model server's load (vLLM, SGLang, TensorRT-LLM, TGI) to the sidecars",

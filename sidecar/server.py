@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -134,6 +135,9 @@ class SidecarServer:
         putter = Actor(f"sidecar {socket.gethostname()} pid {os.getpid()}", "sidecar")
         self.state = StateDir.resolve(settings.state_dir)
         self.state.make()
+        # A drain's mark left by an earlier life of this pod's containers is not this one's.
+        with contextlib.suppress(OSError):
+            self.state.envoy_drained.unlink(missing_ok=True)
         copy_path = self.state.configuration_copy(settings.redis_url)
         self.watcher = ConfigWatcher(self.redis, actor=putter, initial=_last_known(copy_path))
         for source in Source.ALL:

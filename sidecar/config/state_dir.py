@@ -24,6 +24,8 @@ STATE_DIR_ENV = "QOS_STATE_DIR"
 # The link Envoy's disk runtime layer follows (envoy/envoy.yaml: qos-last-known).
 ENVOY_LINK = "envoy-runtime"
 ENVOY_LAYERS = "envoy-layers"
+# Made when the pod's Envoy has drained (`drain-envoy`): its preStop hook waits for it.
+ENVOY_DRAINED = "envoy-drained"
 
 
 def default_dir() -> Path:
@@ -64,3 +66,7 @@ class StateDir:
     @property
     def envoy_layers(self) -> Path:
         return self.path / ENVOY_LAYERS
+
+    @property
+    def envoy_drained(self) -> Path:
+        return self.path / ENVOY_DRAINED

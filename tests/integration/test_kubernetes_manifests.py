@@ -306,11 +306,14 @@ def test_the_gateway_survives_drains_grows_with_its_cpu_and_leaves_in_order():
     by_name = {c["name"]: c for c in spec["containers"]}
     args = by_name["sidecar"]["args"]
     drain = float(args[args.index("--drain-seconds") + 1])
-    sidecar_wait = by_name["sidecar"]["lifecycle"]["preStop"]["sleep"]["seconds"]
-    envoy_wait = by_name["envoy"]["lifecycle"]["preStop"]["sleep"]["seconds"]
-    # Envoy carries the streams the sidecar drains, and is signalled after them.
-    assert envoy_wait > sidecar_wait + drain
-    assert spec["terminationGracePeriodSeconds"] > envoy_wait
+    # The sidecar's hook drains Envoy (test_pod_termination.py runs it); Envoy's waits
+    # for it. The grace covers the spread, the longest answer and the sidecar's drain.
+    hook = by_name["sidecar"]["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:2] == ["qos-sidecar", "drain-envoy"]
+    spread = float(hook[hook.index("--propagation-seconds") + 1])
+    longest = float(hook[hook.index("--longest-answer-seconds") + 1])
+    assert "envoy-drained" in " ".join(by_name["envoy"]["lifecycle"]["preStop"]["exec"]["command"])
+    assert spec["terminationGracePeriodSeconds"] > spread + longest + drain
 
 
 def test_only_who_needs_a_port_may_reach_it():
