@@ -28,6 +28,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
+from sidecar.addresses import is_loopback
+
 log = logging.getLogger(__name__)
 
 HEADER = "x-qos-envoy-token"
@@ -40,7 +42,6 @@ SERVICES = {
     "envoy.service.runtime.v3.RuntimeDiscoveryService": "runtime",
 }
 
-_LOOPBACK_HOSTS = ("127.", "localhost", "::1", "[::1]")
 _LOG_EVERY_SECONDS = 60.0
 
 # What a refused ext_proc stream answers: the gateway cannot decide, as when it is away.
@@ -58,10 +59,6 @@ _UNDECIDED = ext_proc.ProcessingResponse(
 _UNDECIDED.immediate_response.headers.set_headers.add().header.MergeFrom(
     base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
 )
-
-
-def is_loopback(host: str) -> bool:
-    return host.startswith(_LOOPBACK_HOSTS)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from envoy.service.runtime.v3 import rtds_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import event_loop, logs, redis_connect, shutdown
+from sidecar import event_loop, grpc_tls, logs, redis_connect, shutdown
 from sidecar.admin import admin_app
 from sidecar.config import envoy_layer, local_copy
 from sidecar.config.audit import Actor
@@ -113,6 +113,9 @@ class SidecarServer:
         self.metrics = SidecarMetrics()
         # One of `serve --processes N`'s workers, or None: a sidecar on its own.
         self.worker = Worker.from_env()
+        # TLS where the port reaches beyond this machine (grpc_tls.py).
+        self._tls = settings.grpc_tls
+        grpc_tls.check_listener(settings.grpc_host, self._tls, settings.grpc_plaintext)
         # ext_proc, the access log and the runtime layer are Envoy's alone (envoy_auth.py).
         envoy_only = EnvoyOnly(
             EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host),
@@ -341,7 +344,11 @@ class SidecarServer:
             self._grpc,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
-        self._grpc.add_insecure_port(self.settings.grpc_address)
+        if self._tls is None:
+            self._grpc.add_insecure_port(self.settings.grpc_address)
+        else:
+            credentials = grpc_tls.server_credentials(self._tls)
+            self._grpc.add_secure_port(self.settings.grpc_address, credentials)
         await self._grpc.start()
         app = admin_app(self.metrics, self._not_ready, self._notes)
         add_dashboard_routes(

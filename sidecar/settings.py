@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sidecar.grpc_tls import TlsFiles
 from sidecar.options import secret, setting
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -13,6 +14,23 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 class SidecarSettings:
     grpc_host: str = setting("127.0.0.1", "QOS_GRPC_HOST", "address the gRPC server binds")
     grpc_port: int = setting(50051, "QOS_GRPC_PORT", "ext_proc and load-report gRPC port")
+    grpc_plaintext: bool = setting(
+        False,
+        "QOS_GRPC_PLAINTEXT",
+        "serve plaintext gRPC on an address other machines reach (a private network: a "
+        "single host's containers); without it, such an address needs TLS",
+    )
+    tls_cert_file: str = setting(
+        "",
+        "QOS_TLS_CERT_FILE",
+        "serve TLS on the gRPC port with this certificate chain (PEM), read again when it changes",
+    )
+    tls_key_file: str = setting("", "QOS_TLS_KEY_FILE", "the key of --tls-cert-file (PEM)")
+    tls_client_ca_file: str = setting(
+        "",
+        "QOS_TLS_CLIENT_CA_FILE",
+        "mutual TLS: every client (Envoy, the reporters) presents a certificate from this CA (PEM)",
+    )
     admin_host: str = setting("127.0.0.1", "QOS_ADMIN_HOST", "address of the admin HTTP server")
     admin_port: int = setting(9090, "QOS_ADMIN_PORT", "admin HTTP port (metrics, health)")
     redis_url: str = setting(DEFAULT_REDIS_URL, "REDIS_URL", "Redis holding budgets and config")
@@ -166,6 +184,15 @@ class SidecarSettings:
                 "QOS_ENVOY_TOKEN here and in Envoy's environment to take only Envoy's"
             )
         return closed
+
+    @property
+    def grpc_tls(self) -> TlsFiles | None:
+        return TlsFiles.given(
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_client_ca_file,
+            "--tls-cert-file/--tls-key-file/--tls-client-ca-file",
+        )
 
     @property
     def grpc_address(self) -> str:

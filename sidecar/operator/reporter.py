@@ -22,6 +22,7 @@ import grpc
 
 from sidecar import logs
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
+from sidecar.grpc_tls import TlsFiles, channel_credentials
 from sidecar.loops import dialects
 from sidecar.loops.dialects.report import load_report
 from sidecar.loops.overload import report_auth
@@ -70,7 +71,26 @@ class Settings:
         "(Triton's TensorRT-LLM backend), tgi or llamacpp (llama.cpp's llama-server); "
         "empty: found from the metrics themselves",
     )
+    tls_ca_file: str = setting(
+        "",
+        "QOS_TLS_CA_FILE",
+        "speak TLS to the sidecar, whose certificate comes from this CA (PEM); read again "
+        "when it changes",
+    )
+    tls_cert_file: str = setting(
+        "", "QOS_TLS_CERT_FILE", "mutual TLS: this reporter's certificate chain (PEM)"
+    )
+    tls_key_file: str = setting("", "QOS_TLS_KEY_FILE", "the key of --tls-cert-file (PEM)")
     log_level: str = setting("INFO", "QOS_LOG_LEVEL", "log level")
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        return TlsFiles.given(
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_ca_file,
+            "--tls-ca-file/--tls-cert-file/--tls-key-file",
+        )
 
     def __post_init__(self) -> None:
         if self.dialect and self.dialect not in dialects.DIALECTS:
@@ -98,17 +118,23 @@ class Reporter:
 
     async def run(self, stop: asyncio.Event) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.settings.interval * 4))
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as http,
-            grpc.aio.insecure_channel(self.settings.sidecar) as channel,
-        ):
-            stub = load_report_pb2_grpc.LoadReporterStub(channel)
-            while not stop.is_set():
-                started = time.monotonic()
-                await self.tick(http, stub)
-                wait = self.settings.interval - (time.monotonic() - started)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.0))
+        tls = self.settings.tls
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while not stop.is_set():  # once, and again whenever the certificates change
+                seen = _signature(tls)
+                async with self._channel(tls) as channel:
+                    stub = load_report_pb2_grpc.LoadReporterStub(channel)
+                    while not stop.is_set() and _signature(tls) == seen:
+                        started = time.monotonic()
+                        await self.tick(http, stub)
+                        wait = self.settings.interval - (time.monotonic() - started)
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.0))
+
+    def _channel(self, tls: TlsFiles | None) -> grpc.aio.Channel:
+        if tls is None:
+            return grpc.aio.insecure_channel(self.settings.sidecar)
+        return grpc.aio.secure_channel(self.settings.sidecar, channel_credentials(tls))
 
     async def tick(self, http: aiohttp.ClientSession, stub) -> None:
         try:
@@ -140,6 +166,15 @@ class Reporter:
         if self._failing != what:
             log.warning(message, extra={"pod": self.pod_id})
             self._failing = what
+
+
+def _signature(tls: TlsFiles | None) -> tuple[tuple[int, int, int], ...]:
+    if tls is None:
+        return ()
+    try:
+        return tls.signature()
+    except OSError:  # a file missing half-way through its rotation: as it was
+        return ()
 
 
 def main(settings: Settings) -> int:

@@ -63,6 +63,12 @@ class Settings:
         "~/.local/state/qos-sidecar)",
     )
     demo: bool = setting(False, None, "send one chat completion through Envoy once up")
+    tls: bool = setting(
+        False,
+        None,
+        "mutual TLS on the sidecar's gRPC port: a throwaway CA made in the log folder, "
+        "whose client certificate Envoy and the reporters present",
+    )
 
 
 def main(settings: Settings) -> int:
@@ -145,6 +151,7 @@ def _run(
         time_scale=settings.time_scale,
         engines=engines,
         state_dir=Path(settings.state_dir) if settings.state_dir else None,
+        tls=settings.tls,
     )
     stack = Stack(options)
     try:

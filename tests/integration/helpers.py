@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ import yaml
 from sidecar.ports import free_port
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
+from sidecar.tooling.stack.certificates import LocalPki
 from sidecar.tooling.stack.processes import ManagedProcess
 from sidecar.tooling.stack.stack import Stack, StackOptions
 
@@ -351,3 +353,26 @@ def named(documents: list[dict], kind: str, prefix: str) -> dict:
         d for d in documents if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)
     ]
     return found
+
+
+def kubernetes_envoy_here(work: Path, pki: LocalPki) -> Path:
+    """deploy/kubernetes/base/envoy.yaml as this machine runs it: the pod's TLS Secret
+    (qos-grpc-tls: `pki`'s server certificate, which the pod's Envoy presents too) and
+    the SDS files beside the config, in `work`. The config's path."""
+    base = KUSTOMIZATION / "base"
+    secret, etc = work / "qos-tls", work / "envoy-etc"
+    secret.mkdir(parents=True, exist_ok=True)
+    etc.mkdir(parents=True, exist_ok=True)
+    files = pki.server
+    assert files.cert is not None and files.key is not None and files.ca is not None
+    for source, name in ((files.cert, "tls.crt"), (files.key, "tls.key"), (files.ca, "ca.crt")):
+        shutil.copyfile(source, secret / name)
+
+    def here(text: str) -> str:
+        return text.replace("/etc/qos-tls", str(secret)).replace("/etc/envoy/", f"{etc}/")
+
+    for name in ("sds-certificate.yaml", "sds-ca.yaml"):
+        (etc / name).write_text(here((base / name).read_text()))
+    config = etc / "envoy.yaml"
+    config.write_text(here((base / "envoy.yaml").read_text()))
+    return config

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.certificates import make_local_pki
+from tests.integration.helpers import kubernetes_envoy_here
 from tests.integration.test_envoy_configs import validate
 
 pytestmark = pytest.mark.integration
@@ -25,9 +27,9 @@ def documents(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def test_kubernetes_envoy_config_validates_and_matches_the_local_one():
+def test_kubernetes_envoy_config_validates_and_matches_the_local_one(tmp_path):
     path = DEPLOY / "kubernetes" / "base" / "envoy.yaml"
-    result = validate(path)
+    result = validate(kubernetes_envoy_here(tmp_path, make_local_pki(tmp_path / "pki")))
     assert result.returncode == 0, result.stdout + result.stderr
     kube, local = envoy_config.load(path), envoy_config.load()
     assert envoy_config.as_local(kube) == envoy_config.as_local(local)

@@ -15,7 +15,9 @@ import yaml
 from sidecar.ports import free_port
 from sidecar.routes.table import BUILT_IN, CLIENT_READS, OPERATIONAL
 from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack.certificates import make_local_pki
 from sidecar.tooling.stack.stack import start_envoy
+from tests.integration.helpers import kubernetes_envoy_here
 
 pytestmark = pytest.mark.integration
 
@@ -204,8 +206,9 @@ def test_every_shipped_envoy_keeps_its_admin_api_on_loopback(path):
 
 def test_the_stats_listener_serves_stats_and_readiness_and_nothing_else(tmp_path):
     listen, admin, stats = free_port(), free_port(), free_port()
+    kubernetes = kubernetes_envoy_here(tmp_path, make_local_pki(tmp_path / "pki"))
     config = envoy_config.adapt(
-        envoy_config.load(envoy_config.ENVOY_DIR.parent / "deploy/kubernetes/base/envoy.yaml"),
+        envoy_config.load(kubernetes),
         listen=("127.0.0.1", listen),
         admin_port=admin,
         stats_port=stats,

@@ -33,9 +33,10 @@ PUSH, SCRAPE, BASE = KUSTOMIZATION, KUSTOMIZATION / "scrape", KUSTOMIZATION / "b
 MONITORING = KUSTOMIZATION / "monitoring"
 EXTENSION = KUSTOMIZATION / "inference-extension"
 # Custom resources, of no schema in Kubernetes' own (each checked below): the Prometheus
-# Operator's, the Gateway API's, Envoy Gateway's, the Inference Extension's.
+# Operator's, cert-manager's, the Gateway API's, Envoy Gateway's, the Inference Extension's.
 CUSTOM_GROUPS = {
     "monitoring.coreos.com": {"ServiceMonitor", "PrometheusRule"},
+    "cert-manager.io": {"Issuer", "Certificate"},
     "gateway.networking.k8s.io": {"HTTPRoute"},
     "gateway.envoyproxy.io": {"EnvoyExtensionPolicy"},
     "inference.networking.k8s.io": {"InferencePool"},
@@ -233,6 +234,44 @@ def test_the_sidecar_is_probed_for_what_it_is():
     assert sidecar["startupProbe"]["httpGet"]["path"] == "/healthz"
     ports = {p["name"] for p in sidecar["ports"]}
     assert "admin" in ports
+
+
+def test_every_grpc_client_and_the_sidecar_take_their_tls_files_from_a_mounted_secret():
+    documents = built(PUSH)
+    found = containers(documents)
+    volumes = {
+        v["name"]: v["secret"]["secretName"]
+        for d in documents
+        if d["kind"] in ("Deployment", "StatefulSet")
+        for v in d["spec"]["template"]["spec"].get("volumes", [])
+        if "secret" in v
+    }
+
+    def secret_of(container: str, path: str) -> str:
+        mounts = found[container]["volumeMounts"]
+        (mount,) = [m for m in mounts if path.startswith(m["mountPath"] + "/")]
+        return volumes[mount["name"]]
+
+    sidecar = {e["name"]: e.get("value") for e in found["sidecar"]["env"]}
+    for name in ("QOS_TLS_CERT_FILE", "QOS_TLS_KEY_FILE", "QOS_TLS_CLIENT_CA_FILE"):
+        assert secret_of("sidecar", sidecar[name]) == "qos-grpc-tls", name
+    # Envoy reads the same Secret where its SDS files say.
+    for name in ("sds-certificate.yaml", "sds-ca.yaml"):
+        for path in re.findall(r"filename: (\S+)\}", (BASE / name).read_text()):
+            assert secret_of("envoy", path) == "qos-grpc-tls", path
+    reporter = {e["name"]: e.get("value") for e in found["reporter"]["env"]}
+    for name in ("QOS_TLS_CA_FILE", "QOS_TLS_CERT_FILE", "QOS_TLS_KEY_FILE"):
+        assert secret_of("reporter", reporter[name]) == "qos-reporter-tls", name
+    # cert-manager's component makes both Secrets, the gateway's for both ends.
+    component = yaml.safe_load_all(
+        (KUSTOMIZATION / "components" / "cert-manager" / "certificates.yaml").read_text()
+    )
+    certificates = {
+        d["spec"]["secretName"]: d["spec"] for d in component if d["kind"] == "Certificate"
+    }
+    assert set(certificates["qos-grpc-tls"]["usages"]) == {"server auth", "client auth"}
+    assert "qos-sidecar" in certificates["qos-grpc-tls"]["dnsNames"]
+    assert certificates["qos-reporter-tls"]["usages"] == ["client auth"]
 
 
 def test_our_containers_are_sized_hardened_and_pinned():

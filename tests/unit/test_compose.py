@@ -42,6 +42,9 @@ def test_envoy_and_the_sidecar_share_the_envoy_token():
     for name in ("sidecar", "envoy"):
         token = services[name]["environment"]["QOS_ENVOY_TOKEN"]
         assert token.startswith("${QOS_ENVOY_TOKEN:?"), name
+    # It listens beyond loopback, on the host's own container network: plaintext, said.
+    assert "0.0.0.0" in services["sidecar"]["command"]
+    assert services["sidecar"]["environment"]["QOS_GRPC_PLAINTEXT"] == "true"
 
 
 def test_every_reporter_and_the_sidecar_share_the_report_token():

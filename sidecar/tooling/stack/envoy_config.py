@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from sidecar.config.state_dir import StateDir
+from sidecar.grpc_tls import TlsFiles
 
 ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"  # in a checkout
 # envoy/envoy.yaml, through a link in the checkout and as a copy in an installed package:
@@ -27,6 +28,8 @@ QOS_FILTERS = (
 )
 
 
+# The name the sidecar's certificate is for, which Envoy checks (SNI and SAN).
+SIDECAR_NAME = "qos-sidecar"
 # The listener that serves the admin API's stats and readiness beyond loopback.
 STATS_LISTENER = "stats"
 # The disk runtime layer that holds the mode while no sidecar answers.
@@ -93,12 +96,14 @@ def adapt(
     pools: dict[str, list[tuple[str, int]]] | None = None,
     state_dir: Path | None = None,
     stats_port: int | None = None,
+    sidecar_tls: TlsFiles | None = None,
 ) -> dict[str, Any]:
     """A copy of `config` with its listener, admin, sidecar and vLLM addresses replaced,
     and a cluster per model pool (named after it, as the x-qos-pool route wants) when
     `pools` names their upstreams; the default cluster `vllm` keeps `upstreams`. Its disk
     runtime layer follows the link in the sidecar's `state_dir`, when given. The stats
-    listener listens on `stats_port` (loopback), or is left out."""
+    listener listens on `stats_port` (loopback), or is left out. With `sidecar_tls`, Envoy
+    speaks mutual TLS to the sidecar with those files."""
     config = copy.deepcopy(config)
     if state_dir is not None:
         with_state_dir(config, state_dir)
@@ -111,6 +116,8 @@ def adapt(
     else:
         _by_name(listeners, STATS_LISTENER)["address"] = _socket("127.0.0.1", stats_port)
     clusters = resources["clusters"]
+    if sidecar_tls is not None:
+        _by_name(clusters, "qos_sidecar")["transport_socket"] = sidecar_transport(sidecar_tls)
     _by_name(clusters, "envoy_admin")["load_assignment"]["endpoints"] = _endpoints(
         [("127.0.0.1", admin_port)]
     )
@@ -125,6 +132,34 @@ def adapt(
         cluster["load_assignment"]["endpoints"] = _endpoints(addresses)
         clusters.append(cluster)
     return config
+
+
+def sidecar_transport(files: TlsFiles) -> dict[str, Any]:
+    """The qos_sidecar cluster's TLS: the sidecar's certificate checked against the CA
+    and its name, Envoy's own certificate presented."""
+    tls_context = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": tls_context,
+            "sni": SIDECAR_NAME,
+            "common_tls_context": {
+                "alpn_protocols": ["h2"],
+                "tls_certificates": [
+                    {
+                        "certificate_chain": {"filename": str(files.cert)},
+                        "private_key": {"filename": str(files.key)},
+                    }
+                ],
+                "validation_context": {
+                    "trusted_ca": {"filename": str(files.ca)},
+                    "match_typed_subject_alt_names": [
+                        {"san_type": "DNS", "matcher": {"exact": SIDECAR_NAME}}
+                    ],
+                },
+            },
+        },
+    }
 
 
 def _last_known_layer(config: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +187,7 @@ def as_local(config: dict[str, Any]) -> dict[str, Any]:
     config = copy.deepcopy(config)
     for cluster in config["static_resources"]["clusters"]:
         cluster.pop("type", None)
+        cluster.pop("transport_socket", None)  # a deployment's TLS to the sidecar
     return adapt(
         config,
         listen=("127.0.0.1", 8080),

@@ -26,6 +26,41 @@ _VLLM_ENDPOINTS = """        - endpoint:
               socket_address: {address: 127.0.0.1, port_value: 8002}"""
 
 
+# Kubernetes: mutual TLS to the sidecar with the pod's certificate (the Secret
+# qos-grpc-tls at /etc/qos-tls, made by cert-manager), read through file-based SDS so that
+# a renewed certificate is taken without a restart.
+_KUBERNETES_SIDECAR_TLS = """  - name: qos_sidecar
+    type: STATIC
+    # Mutual TLS: the sidecar's certificate checked against the CA and for its name, the
+    # pod's own presented (sds-certificate.yaml, sds-ca.yaml: the Secret's files, read
+    # again when the kubelet swaps them).
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: qos-sidecar
+        common_tls_context:
+          alpn_protocols: [h2]
+          tls_certificate_sds_secret_configs:
+          - name: qos-grpc-tls
+            sds_config:
+              resource_api_version: V3
+              path_config_source:
+                path: /etc/envoy/sds-certificate.yaml
+                watched_directory: {path: /etc/qos-tls}
+          combined_validation_context:
+            default_validation_context:
+              match_typed_subject_alt_names:
+              - {san_type: DNS, matcher: {exact: qos-sidecar}}
+            validation_context_sds_secret_config:
+              name: qos-grpc-ca
+              sds_config:
+                resource_api_version: V3
+                path_config_source:
+                  path: /etc/envoy/sds-ca.yaml
+                  watched_directory: {path: /etc/qos-tls}"""
+
+
 @dataclass(frozen=True)
 class Variant:
     path: Path
@@ -57,8 +92,8 @@ VARIANTS = (
         REPO / "deploy" / "kubernetes" / "base" / "envoy.yaml",
         "# Envoy for the Kubernetes example (deploy/kubernetes): the same chain as "
         "envoy/envoy.yaml\n# (made from it by tools/gen_envoy_configs.py). The sidecar runs "
-        "in the same pod\n# (127.0.0.1); the vLLM pods are found through their headless "
-        "Service.\n",
+        "in the same pod\n# (127.0.0.1, mutual TLS); the vLLM pods are found through their "
+        "headless Service.\n",
         (
             (
                 _STATS,
@@ -66,6 +101,7 @@ VARIANTS = (
                 "  # the readiness probe, Prometheus",
             ),
             (_LISTENER, "socket_address: {address: 0.0.0.0, port_value: 8080}"),
+            (_SIDECAR_CLUSTER, _KUBERNETES_SIDECAR_TLS),
             (_POOLS, "(e.g. the headless Service vllm-shop of a pool named shop):"),
             (
                 _VLLM_CLUSTER,

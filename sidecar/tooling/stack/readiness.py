@@ -9,6 +9,8 @@ import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sidecar.grpc_tls import TlsFiles, channel_credentials
+
 
 def http_ok(url: str, expect_body: bytes | None = None) -> bool:
     try:
@@ -25,8 +27,14 @@ def envoy_ready(admin_url: str) -> bool:
     return http_ok(f"{admin_url}/ready", b"LIVE")
 
 
-def grpc_serving(address: str, service: str = "") -> bool:
-    with grpc.insecure_channel(address) as channel:
+def grpc_serving(address: str, service: str = "", tls: TlsFiles | None = None) -> bool:
+    """gRPC health says SERVING; over TLS with these client files when given."""
+    channel = (
+        grpc.secure_channel(address, channel_credentials(tls))
+        if tls is not None
+        else grpc.insecure_channel(address)
+    )
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=1

@@ -20,9 +20,11 @@ from typing import Any
 from sidecar import redis_connect
 from sidecar.config.schema import OverloadConfig
 from sidecar.config.state_dir import StateDir
+from sidecar.grpc_tls import TlsFiles
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.admin_client import StackConfig
+from sidecar.tooling.stack.certificates import LocalPki, make_local_pki
 from sidecar.tooling.stack.processes import ManagedProcess, StackError
 from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis_server
 
@@ -81,6 +83,9 @@ class StackOptions:
     load_source: str = "push"
     # The sidecar's state directory, shared with Envoy (None: the sidecar's default).
     state_dir: Path | None = None
+    # Mutual TLS on the sidecar's gRPC port, with a throwaway CA made in work_dir: Envoy
+    # and the reporters present its client certificate.
+    tls: bool = False
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -169,6 +174,12 @@ class Stack:
         self.admin_token = self.options.admin_token or secrets.token_urlsafe(24)
         self.report_token = secrets.token_urlsafe(24)
         self.envoy_token = secrets.token_urlsafe(24)
+        self.pki: LocalPki | None = None
+
+    @property
+    def client_tls(self) -> TlsFiles | None:
+        """What a client of the sidecar's gRPC port presents (None: plaintext)."""
+        return self.pki.client if self.pki is not None else None
 
     @property
     def dashboard_url(self) -> str:
@@ -229,6 +240,8 @@ class Stack:
         if self.options.engines is not None and self.options.pools:
             raise StackError("pools are made of mocks: give no running engines with them")
         try:
+            if self.options.tls:
+                self.pki = make_local_pki(self.options.work_dir / "pki")
             self._start_redis()
             if self.options.base_config():
                 # The pools and the reports' TTL, there before the sidecar reads any report.
@@ -310,6 +323,7 @@ class Stack:
                 admin_port=self.options.admin_port,
                 name=name,
                 state_dir=self.state.path,
+                tls=self.pki,
                 env={
                     **dict(self.options.sidecar_env),
                     ADMIN_TOKEN_ENV: self.admin_token,
@@ -367,6 +381,9 @@ class Stack:
         return {REPORT_TOKEN_ENV: self.report_token}
 
     def _reporter_argv(self, index: int, url: str) -> list[str]:
+        return [*self._reporter_command(index, url), *tls_client_args(self.client_tls)]
+
+    def _reporter_command(self, index: int, url: str) -> list[str]:
         return [
             sys.executable,
             "-m",
@@ -401,6 +418,7 @@ class Stack:
             upstreams=self._default_upstreams(),
             pools=self._pool_upstreams(),
             state_dir=self.state.path,
+            sidecar_tls=self.client_tls,
         )
 
     def _default_upstreams(self) -> list[tuple[str, int]]:
@@ -431,6 +449,24 @@ class Stack:
                 env=self.envoy_env,
             )
         )
+
+
+def tls_server_args(files: TlsFiles) -> list[str]:
+    """`serve`'s flags for mutual TLS with these files."""
+    return [
+        "--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key),
+        "--tls-client-ca-file", str(files.ca),
+    ]  # fmt: skip
+
+
+def tls_client_args(files: TlsFiles | None) -> list[str]:
+    """`report`'s flags to speak TLS to the sidecar with these files (none: plaintext)."""
+    if files is None:
+        return []
+    return [
+        "--tls-ca-file", str(files.ca), "--tls-cert-file", str(files.cert),
+        "--tls-key-file", str(files.key),
+    ]  # fmt: skip
 
 
 def mock_vllm_argv(port: int, *args: str) -> list[str]:
@@ -488,6 +524,7 @@ def start_sidecar(
     python: str = sys.executable,
     env: dict[str, str] | None = None,
     state_dir: Path | None = None,
+    tls: LocalPki | None = None,
 ) -> RunningSidecar:
     """`qos-sidecar serve` (on free ports unless given), ready when it returns; `python`:
     another interpreter (a venv with other library versions, for the benches); its state
@@ -512,10 +549,12 @@ def start_sidecar(
             str(admin_port),
             "--state-dir",
             str(state_dir or work_dir / f"{name}-state"),
+            *(tls_server_args(tls.server) if tls is not None else []),
             *extra,
         ],
         work_dir / f"{name}.log",
         env={"REDIS_URL": redis_url, **(env or {})},
     )
-    process.start_ready(lambda: readiness.grpc_serving(address))
+    client = tls.client if tls is not None else None
+    process.start_ready(lambda: readiness.grpc_serving(address, tls=client))
     return RunningSidecar(process, address, f"http://127.0.0.1:{admin_port}")
