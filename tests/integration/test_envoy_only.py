@@ -18,9 +18,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from envoy.service.runtime.v3 import rtds_pb2_grpc
 
 from sidecar.envoy_auth import HEADER
+from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.ports import free_port
 from sidecar.request.extproc.client import http_headers
 from sidecar.tooling.stack.admin_client import scrape
+from sidecar.tooling.stack.readiness import pods_reporting
 from sidecar.tooling.stack.stack import start_envoy
 from tests.integration.helpers import (
     decision_count,
@@ -187,3 +189,20 @@ async def test_an_envoy_without_the_token_fails_closed_not_open(stack, tmp_path)
         assert status == 503 and body["error"]["code"] == "qos_unavailable", body
         assert recorded(upstream) == []
     assert refused(stack, "ext_proc", "wrong") >= 1  # Envoy sends "-" for an unset variable
+
+
+async def test_a_load_report_without_the_report_token_changes_no_load(stack):
+    """The fourth service on the port: a pod said full (which would shed a tier) by a
+    caller without the reporters' token is refused, counted, and not applied."""
+    reporting = pods_reporting(stack.sidecar_admin_url)
+    fake = load_report_pb2.LoadReport(pod_id="forged-pod", kv_cache_usage=0.99)
+    async with grpc.aio.insecure_channel(stack.sidecar_grpc) as channel:
+        stub = load_report_pb2_grpc.LoadReporterStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refusal:
+            await stub.Report(fake, timeout=5, metadata=as_envoy(stack))  # Envoy's is no use
+    assert refusal.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    assert samples['qos_load_reports_refused_total{reason="unauthenticated"}'] == 1
+    assert pods_reporting(stack.sidecar_admin_url) == reporting
+    status, body = await chat(stack.envoy_url)
+    assert status == 200, body  # nothing shed for it
