@@ -43,7 +43,9 @@ ensure_venv() {
 # so the venv prefers those. A plain `pip install .` works without this.
 prefer_opentelemetry_protos() {
   local version
-  version="$("$1" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
+  # Only where OpenTelemetry's protos are installed at all (the `test` extra).
+  version="$("$1" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))' \
+    2>/dev/null)" || return 0
   "$1" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
     "opentelemetry-proto==$version"
 }
