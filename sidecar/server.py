@@ -467,6 +467,9 @@ def main(settings: SidecarSettings) -> int:
     logs.configure(settings.log_level, "sidecar")
     if settings.processes < 1:
         raise SystemExit("--processes: at least 1")
+    # Said once, before any worker starts (each would exit on it, and be started again).
+    grpc_tls.check_listener(settings.grpc_host, settings.grpc_tls, settings.grpc_plaintext)
+    EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host)
     if settings.processes > 1:
         supervisor.run(settings)  # each worker runs this again, with --processes 1
         return 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,3 +33,23 @@ def test_tls_files_come_whole():
         TlsFiles.given("c", "", "ca", "flags")
     with pytest.raises(SystemExit, match="needs --tls-cert-file"):
         check_listener("0.0.0.0", TlsFiles.given("", "", "ca", "flags"), False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--grpc-host", "0.0.0.0"], "--tls-cert-file"),
+        (["--grpc-host", "0.0.0.0", "--grpc-plaintext"], "QOS_ENVOY_TOKEN"),
+        (["--grpc-host", "0.0.0.0", "--processes", "2"], "--tls-cert-file"),
+    ],
+)
+def test_serve_refuses_an_open_port_at_once_saying_what_it_needs(tmp_path, flags, said):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("QOS_", "OTEL_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--state-dir", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
+    assert result.returncode != 0 and said in result.stderr, result.stderr
