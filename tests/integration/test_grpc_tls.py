@@ -5,6 +5,8 @@ certificate files read again when they change."""
 from __future__ import annotations
 
 import shutil
+import sys
+from pathlib import Path
 
 import aiohttp
 import grpc
@@ -12,12 +14,21 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.grpc_tls import TlsFiles
+from sidecar.loops.overload.reports import REPORTS_KEY, STAMPS_KEY
 from sidecar.ports import free_port
-from sidecar.tooling.stack import envoy_config
+from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.admin_client import scrape
-from sidecar.tooling.stack.certificates import make_local_pki
-from sidecar.tooling.stack.stack import start_envoy, start_sidecar
+from sidecar.tooling.stack.certificates import LocalPki, make_local_pki
+from sidecar.tooling.stack.processes import ManagedProcess
+from sidecar.tooling.stack.stack import (
+    REPORT_TOKEN_ENV,
+    mock_vllm_argv,
+    start_envoy,
+    start_sidecar,
+    tls_client_args,
+)
 from tests.integration.helpers import (
+    REPORT_TOKEN,
     chat_once,
     cli,
     decision_count,
@@ -132,3 +143,55 @@ async def test_the_kubernetes_envoy_speaks_mutual_tls_to_its_sidecar(tmp_path, r
                 envoy.stop()
     finally:
         sidecar.process.stop()
+
+
+async def test_a_reporter_takes_renewed_certificates(tmp_path, redis_url, aredis):
+    """The CA and every certificate renewed in place (as cert-manager rotates Secrets),
+    then the sidecar restarted with them: the reporter reconnects with its new files."""
+    first, second = make_local_pki(tmp_path / "first"), make_local_pki(tmp_path / "second")
+    mounted = LocalPki(first.ca, _mounted(first.server, tmp_path / "server"),
+                       _mounted(first.client, tmp_path / "client"))  # fmt: skip
+    port, engine_port = free_port(), free_port()
+    environment = {REPORT_TOKEN_ENV: REPORT_TOKEN}
+    engine = ManagedProcess("mock-tls", mock_vllm_argv(engine_port), tmp_path / "mock.log")
+    engine.start_ready(lambda: readiness.http_ok(f"http://127.0.0.1:{engine_port}/health"))
+    running = [engine]
+    try:
+        sidecar = start_sidecar(
+            tmp_path, redis_url, name="tls-a", grpc_port=port, tls=mounted, env=environment
+        )
+        running.append(sidecar.process)
+        reporter = ManagedProcess(
+            "reporter-tls",
+            [sys.executable, "-m", "sidecar", "report", "--vllm-url",
+             f"http://127.0.0.1:{engine_port}", "--sidecar", f"127.0.0.1:{port}",
+             "--interval", "0.1", *tls_client_args(mounted.client)],
+            tmp_path / "reporter.log",
+            environment,
+        )  # fmt: skip
+        reporter.start()
+        running.append(reporter)
+        await wait_until(lambda: readiness.pods_reporting(sidecar.admin_url) == 1, what="reports")
+        _mounted(second.server, tmp_path / "server")
+        _mounted(second.client, tmp_path / "client")
+        sidecar.process.stop()
+        await aredis.delete(REPORTS_KEY, STAMPS_KEY)  # only a report made after this counts
+        again = start_sidecar(
+            tmp_path, redis_url, name="tls-b", grpc_port=port, tls=mounted, env=environment
+        )
+        running.append(again.process)
+        await wait_until(
+            lambda: readiness.pods_reporting(again.admin_url) == 1, what="reports over new files"
+        )
+    finally:
+        for process in reversed(running):
+            process.stop()
+
+
+def _mounted(files: TlsFiles, directory: Path) -> TlsFiles:
+    """`files` copied where a Secret would be mounted (tls.crt, tls.key, ca.crt)."""
+    directory.mkdir(exist_ok=True)
+    for source, name in ((files.cert, "tls.crt"), (files.key, "tls.key"), (files.ca, "ca.crt")):
+        assert source is not None
+        shutil.copyfile(source, directory / name)
+    return TlsFiles(directory / "tls.crt", directory / "tls.key", directory / "ca.crt")
