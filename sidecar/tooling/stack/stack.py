@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import redis_connect
 from sidecar.config.schema import OverloadConfig
@@ -24,9 +24,11 @@ from sidecar.grpc_tls import TlsFiles
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config, readiness
 from sidecar.tooling.stack.admin_client import StackConfig
-from sidecar.tooling.stack.certificates import LocalPki, make_local_pki
 from sidecar.tooling.stack.processes import ManagedProcess, StackError
 from sidecar.tooling.stack.redis_servers import start_redis_cluster, start_redis_server
+
+if TYPE_CHECKING:
+    from sidecar.tooling.stack.certificates import LocalPki
 
 # The sidecar reads its admin token here (settings.py), so it is on no command line.
 ADMIN_TOKEN_ENV = "QOS_ADMIN_TOKEN"
@@ -241,7 +243,7 @@ class Stack:
             raise StackError("pools are made of mocks: give no running engines with them")
         try:
             if self.options.tls:
-                self.pki = make_local_pki(self.options.work_dir / "pki")
+                self.pki = _local_pki(self.options.work_dir / "pki")
             self._start_redis()
             if self.options.base_config():
                 # The pools and the reports' TTL, there before the sidecar reads any report.
@@ -449,6 +451,16 @@ class Stack:
                 env=self.envoy_env,
             )
         )
+
+
+def _local_pki(directory: Path) -> LocalPki:
+    """A throwaway CA for `tls`: made with cryptography, the stack extra's, imported only
+    here, so that a plain install runs everything else."""
+    try:
+        from sidecar.tooling.stack.certificates import make_local_pki
+    except ImportError as error:
+        raise StackError(f"TLS needs pip install 'qos-sidecar[stack]' ({error})") from None
+    return make_local_pki(directory)
 
 
 def tls_server_args(files: TlsFiles) -> list[str]:
