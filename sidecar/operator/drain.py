@@ -92,12 +92,15 @@ def _wait_until_idle(admin: str, seconds: float) -> int:
 
 
 def _in_flight(admin: str) -> int | None:
+    """Envoy's requests in flight; None once Envoy is gone (its admin port refuses). A
+    busy Envoy that does not answer in time counts as holding some still."""
     url = f"{admin}/stats?format=json&filter=^{IN_FLIGHT_STAT}$"
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             stats = json.load(response)["stats"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError):
-        return None  # Envoy gone (or not answering): nothing left to wait for here
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+        reason = getattr(error, "reason", error)
+        return None if isinstance(reason, ConnectionRefusedError) else 1
     return int(sum(stat.get("value", 0) for stat in stats if stat.get("name") == IN_FLIGHT_STAT))
 
 
