@@ -401,7 +401,7 @@ def test_prometheus_scrapes_the_admin_service_and_promtool_passes_the_alerts(tmp
     alerts = {rule["alert"] for group in rules["groups"] for rule in group["rules"]}
     assert alerts >= {
         "QosP0SloBurn", "QosP1SloBurn", "QosP0Shed", "QosBudgetsLocal", "QosBudgetChargesLost",
-        "QosConfigurationRefused", "QosNoPodReports", "QosNoSloController",
+        "QosConfigurationRefused", "QosNoPodReports", "QosNoSloController", "QosGrpcCallsRefused",
     }  # fmt: skip
     (tmp_path / "qos-sidecar-rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     shutil.copy(MONITORING / "rules-tests.yaml", tmp_path)
