@@ -35,6 +35,7 @@ from sidecar.config.watcher import ConfigWatcher, Source
 from sidecar.deciders import build_decider
 from sidecar.envoy_auth import EnvoyCredential, EnvoyOnly
 from sidecar.generated.qos.v1 import load_report_pb2_grpc
+from sidecar.grpc_tls import TlsFiles
 from sidecar.loops.fairness.watch import FairnessCollector, FairnessWatch
 from sidecar.loops.overload.admission_records import AdmissionRecords
 from sidecar.loops.overload.metrics import LoadCollector
@@ -113,13 +114,11 @@ class SidecarServer:
         self.metrics = SidecarMetrics()
         # One of `serve --processes N`'s workers, or None: a sidecar on its own.
         self.worker = Worker.from_env()
-        # TLS where the port reaches beyond this machine (grpc_tls.py).
-        self._tls = settings.grpc_tls
-        grpc_tls.check_listener(settings.grpc_host, self._tls, settings.grpc_plaintext)
-        # ext_proc, the access log and the runtime layer are Envoy's alone (envoy_auth.py).
+        # TLS where the port reaches beyond this machine (grpc_tls.py); ext_proc, the
+        # access log and the runtime layer Envoy's alone (envoy_auth.py).
+        self._tls, envoy = guarded_port(settings)
         envoy_only = EnvoyOnly(
-            EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host),
-            lambda service, reason: self.metrics.grpc_refused.labels(service, reason).inc(),
+            envoy, lambda service, reason: self.metrics.grpc_refused.labels(service, reason).inc()
         )
         self._grpc = grpc.aio.server(
             options=_grpc_options(self.worker is not None), interceptors=[envoy_only]
@@ -429,6 +428,14 @@ def _last_known(path: Path) -> Snapshot | None:
     return held
 
 
+def guarded_port(settings: SidecarSettings) -> tuple[TlsFiles | None, EnvoyCredential]:
+    """The gRPC port's TLS files and Envoy's credential; a port other machines reach
+    without TLS (unless said private), or without Envoy's token, is refused here."""
+    tls = settings.grpc_tls
+    grpc_tls.check_listener(settings.grpc_host, tls, settings.grpc_plaintext)
+    return tls, EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host)
+
+
 def scrape_settings(settings: SidecarSettings) -> ScrapeSettings:
     try:
         targets = parse_targets(settings.scrape_targets)
@@ -467,9 +474,7 @@ def main(settings: SidecarSettings) -> int:
     logs.configure(settings.log_level, "sidecar")
     if settings.processes < 1:
         raise SystemExit("--processes: at least 1")
-    # Said once, before any worker starts (each would exit on it, and be started again).
-    grpc_tls.check_listener(settings.grpc_host, settings.grpc_tls, settings.grpc_plaintext)
-    EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host)
+    guarded_port(settings)  # refused before any worker starts (each would, and restart)
     if settings.processes > 1:
         supervisor.run(settings)  # each worker runs this again, with --processes 1
         return 0
