@@ -227,8 +227,12 @@ class InferenceExtensionConfig(Strict):
     the same route: each admitted request tells it the tier's InferenceObjective and the
     tenant, so its flow control orders and shares as the sidecar does."""
 
-    # Send x-gateway-inference-objective and x-gateway-inference-fairness-id upstream.
+    # Send the tier's InferenceObjective and the tenant upstream to the picker.
     enabled: bool = False
+    # The header names the picker reads: llm-d (x-llm-d-inference-objective and
+    # x-llm-d-inference-fairness-id, llm-d-router's picker) or gateway-api
+    # (x-gateway-inference-*, older pickers'; llm-d keeps them as deprecated aliases).
+    header_names: Literal["llm-d", "gateway-api"] = "llm-d"
     # The InferenceObjective each tier maps to (their priorities in the tiers' order).
     objectives: TierObjectives = TierObjectives()
 

@@ -133,6 +133,8 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
         "x-qos-slot",
         "x-vllm-priority",
         "x-data-parallel-rank",
+        "x-llm-d-inference-objective",
+        "x-llm-d-inference-fairness-id",
         "x-gateway-inference-objective",
         "x-gateway-inference-fairness-id",
         "x-gateway-destination-endpoint",
@@ -145,18 +147,39 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
 
 
 @pytest.mark.asyncio
-async def test_the_endpoint_picker_is_told_the_tier_s_objective_and_the_tenant():
-    extension = {"enabled": True, "objectives": {"p0": "pay", "p1": "core", "p2": "batch"}}
-    spoof = {"x-gateway-inference-objective": "pay", "x-gateway-destination-endpoint": "1.2.3.4"}
+@pytest.mark.parametrize(
+    ("names", "objective", "fairness", "other"),
+    [
+        ("llm-d", "x-llm-d-inference-objective", "x-llm-d-inference-fairness-id", "x-gateway"),
+        ("gateway-api", "x-gateway-inference-objective", "x-gateway-inference-fairness-id",
+         "x-llm-d"),
+    ],
+)  # fmt: skip
+async def test_the_endpoint_picker_is_told_the_tier_s_objective_and_the_tenant(
+    names, objective, fairness, other
+):
+    extension = {
+        "enabled": True,
+        "header_names": names,
+        "objectives": {"p0": "pay", "p1": "core", "p2": "batch"},
+    }
+    spoof = {
+        "x-llm-d-inference-objective": "pay",
+        "x-gateway-inference-objective": "pay",
+        "x-gateway-destination-endpoint": "1.2.3.4",
+    }
     decision = await decider(FakeLimiter(), inference_extension=extension).decide(
         chat(extra_headers=spoof)
     )
     assert isinstance(decision, Admit)
     headers = decision.upstream.set_headers
-    assert headers["x-gateway-inference-objective"] == "batch"  # P2's, not the client's
-    assert headers["x-gateway-inference-fairness-id"] == headers["x-qos-tenant"] == "bulk"
-    assert "x-gateway-destination-endpoint" in decision.upstream.remove_headers
-    assert "x-gateway-inference-objective" not in decision.upstream.remove_headers
+    assert headers[objective] == "batch"  # P2's, not the client's
+    assert headers[fairness] == headers["x-qos-tenant"] == "bulk"
+    assert not any(name.startswith(other) for name in headers)  # one picker's names
+    removed = decision.upstream.remove_headers
+    assert "x-gateway-destination-endpoint" in removed and objective not in removed
+    # The other names' copies a client sent never reach the picker either.
+    assert f"{other}-inference-objective" in removed
 
 
 @pytest.mark.asyncio
