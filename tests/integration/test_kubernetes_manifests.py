@@ -126,7 +126,8 @@ def test_the_variants_differ_only_in_how_the_load_is_learnt():
     (target,) = parse_targets(env["QOS_SCRAPE_TARGETS"])
     headless = named(scrape, "Service", "vllm")
     assert headless["spec"]["clusterIP"] == "None"
-    assert target.dns and target.host == "vllm.qos.svc.cluster.local"
+    # The headless Service by its short name: the pod's own namespace, whichever it is.
+    assert target.dns and target.host == headless["metadata"]["name"]
     assert target.port == headless["spec"]["ports"][0]["port"]
     assert "QOS_SCRAPE_TARGETS" not in {e["name"] for e in containers(push)["sidecar"]["env"]}
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in push)
@@ -141,6 +142,25 @@ def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
         return token["valueFrom"]["secretKeyRef"]
 
     assert token_of("sidecar") == token_of("reporter") == {"name": "qos-report", "key": "token"}
+
+
+def test_an_overlay_in_another_namespace_leaves_nothing_in_qos(tmp_path):
+    """Service names resolve in the pod's own namespace: an overlay that places the
+    gateway elsewhere has every object there, and no text naming the qos namespace."""
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "llm-test",
+        "resources": [os.path.relpath(PUSH, tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    documents = built(tmp_path)
+    for document in documents:
+        where = document["metadata"].get("namespace", document["metadata"]["name"])
+        assert where == "llm-test", document["metadata"]
+    text = yaml.safe_dump_all(documents)
+    assert "qos.svc" not in text
+    assert not re.search(r"(?<![\w])namespace: qos\b", text)
 
 
 def test_envoy_presents_the_token_the_sidecar_asks_of_it_in_every_variant():

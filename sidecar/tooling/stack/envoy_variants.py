@@ -112,7 +112,8 @@ VARIANTS = (
                 _VLLM_ENDPOINTS,
                 """        - endpoint:
             address:
-              socket_address: {address: vllm.qos.svc.cluster.local, port_value: 8000}""",
+              # The Service's short name: resolved in the pod's own namespace.
+              socket_address: {address: vllm, port_value: 8000}""",
             ),
         ),
     ),
