@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from sidecar.ports import free_port
 from sidecar.tooling.stack import envoy_config
-from tests.integration.test_up_command import output_until_up, up_argv, up_environment
+from tests.integration.test_up_command import (
+    end_up,
+    output_until_up,
+    start_up,
+    stop_up,
+    up_argv,
+    up_environment,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -87,9 +93,7 @@ def test_a_plain_install_serves_and_exports_the_decisions_span(tmp_path):
     }
     # `up` and its flags, from the venv's own command rather than this interpreter.
     argv = [str(bin_dir / "qos-sidecar"), *up_argv(tmp_path, free_port())[3:]]
-    up = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
-    )
+    up = start_up(argv, environment)
     try:
         output = output_until_up(up)
         assert "qos-sidecar stack is up" in output and "finish_reason=length" in output, output
@@ -97,12 +101,9 @@ def test_a_plain_install_serves_and_exports_the_decisions_span(tmp_path):
         while "qos.decision" not in handler.names:  # the demo's decision, batched
             assert time.monotonic() < deadline, f"no decision span: {handler.names}"
             time.sleep(0.1)
-        up.send_signal(signal.SIGTERM)
-        rest, _ = up.communicate(timeout=60)
+        rest = stop_up(up)
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
+        end_up(up)
         receiver.shutdown()
         receiver.server_close()
     assert up.returncode == 0, rest

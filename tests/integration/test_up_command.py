@@ -81,6 +81,29 @@ def output_until_up(up: subprocess.Popen) -> str:
     return "".join(lines)
 
 
+def start_up(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`up` running, its output (stdout and stderr) read as text."""
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+
+
+def stop_up(up: subprocess.Popen) -> str:
+    """SIGTERM, as a user's Ctrl-C: what `up` says until it has stopped."""
+    up.send_signal(signal.SIGTERM)
+    rest, _ = up.communicate(timeout=60)
+    return rest
+
+
+def end_up(up: subprocess.Popen) -> None:
+    """Whatever a test left running of `up` killed, its output closed."""
+    if up.poll() is None:
+        up.kill()
+        up.wait()
+    if up.stdout is not None:
+        up.stdout.close()
+
+
 def up_environment(tmp_path) -> dict[str, str]:
     """The user's environment, with its state in the test's folder: `up` uses the default
     state directory, $XDG_STATE_HOME/qos-sidecar."""
@@ -91,10 +114,7 @@ def up_environment(tmp_path) -> dict[str, str]:
 def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
     listen = free_port()
     argv = up_argv(tmp_path, listen)
-    env = up_environment(tmp_path)
-    up = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    up = start_up(argv, up_environment(tmp_path))
     try:
         output = output_until_up(up)
         assert "qos-sidecar stack is up" in output, output
@@ -112,12 +132,9 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
         with urllib.request.urlopen(request, timeout=30) as response:
             assert json.load(response)["usage"]["completion_tokens"] == 3
 
-        up.send_signal(signal.SIGTERM)
-        rest, _ = up.communicate(timeout=60)
+        rest = stop_up(up)
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
+        end_up(up)
     assert up.returncode == 0, rest
     assert "stopped" in rest
     assert [p for p in pids if alive(p)] == []
@@ -129,11 +146,7 @@ def test_up_serves_a_demo_request_and_stops_everything_it_started(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_up_killed_outright_leaves_nothing_running(tmp_path):
-    argv = up_argv(tmp_path, free_port())
-    env = up_environment(tmp_path)
-    up = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    up = start_up(up_argv(tmp_path, free_port()), up_environment(tmp_path))
     try:
         output = output_until_up(up)
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
@@ -145,11 +158,7 @@ def test_up_killed_outright_leaves_nothing_running(tmp_path):
             assert time.monotonic() < deadline, [p for p in pids if alive(p)]
             time.sleep(0.1)
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        assert up.stdout is not None
-        up.stdout.close()
+        end_up(up)
 
 
 def command_lines() -> str:
@@ -175,13 +184,7 @@ def test_up_puts_no_password_or_token_on_a_command_line_or_in_its_output(tmp_pat
     )
     redis.start_ready(lambda: readiness.redis_ping(f"redis://:{password}@127.0.0.1:{port}/0"))
     env = {**up_environment(tmp_path), "REDIS_URL": f"redis://:{password}@127.0.0.1:{port}/0"}
-    up = subprocess.Popen(
-        up_argv(tmp_path, free_port()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    up = start_up(up_argv(tmp_path, free_port()), env)
     try:
         output = output_until_up(up)
         assert "finish_reason=length" in output, output  # it works through that Redis
@@ -192,11 +195,8 @@ def test_up_puts_no_password_or_token_on_a_command_line_or_in_its_output(tmp_pat
         assert password not in output and token not in output
         assert password not in lines and token not in lines
         assert ":***@" in output  # the Redis row, masked
-        up.send_signal(signal.SIGTERM)
-        rest, _ = up.communicate(timeout=60)
+        rest = stop_up(up)
         assert password not in rest and token not in rest
     finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
+        end_up(up)
         redis.stop()
