@@ -20,6 +20,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from sidecar.config.schema import InferenceExtensionConfig
 from sidecar.ports import free_port
 from sidecar.request.policy.inference_extension import (
+    CLIENT_MAY_NOT_SEND,
     DESTINATION_HEADER,
     FAIRNESS_HEADER,
     OBJECTIVE_HEADER,
@@ -165,10 +166,12 @@ async def test_sheds_stay_out_and_admitted_requests_carry_their_objective_and_te
 @pytest.mark.timeout(120)
 async def test_a_client_cannot_name_its_own_objective_or_fairness_id(picked):
     _, picker, url = picked
-    spoof = {OBJECTIVE_HEADER: OBJECTIVES["p0"], FAIRNESS_HEADER: "pay", DESTINATION_HEADER: "x"}
+    # Every name a picker reads, the model it would rewrite to among them.
+    spoof = dict.fromkeys(CLIENT_MAY_NOT_SEND, "x") | {OBJECTIVE_HEADER: OBJECTIVES["p0"]}
     async with aiohttp.ClientSession() as session:
         status, _, _ = await post(session, url, BATCH_KEY, **spoof)
     assert status == 200
     (seen,) = picker.seen
     assert seen[OBJECTIVE_HEADER] == OBJECTIVES["p2"] and seen[FAIRNESS_HEADER] == "reports"
-    assert DESTINATION_HEADER not in seen
+    ours = {OBJECTIVE_HEADER, FAIRNESS_HEADER}
+    assert not (set(CLIENT_MAY_NOT_SEND) - ours) & set(seen)

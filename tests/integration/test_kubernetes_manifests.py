@@ -15,6 +15,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -22,7 +23,7 @@ import yaml
 from sidecar.config.schema import QosConfig
 from sidecar.loops.scrape.targets import parse_targets
 from sidecar.tooling.stack import envoy_config
-from tests.integration import pod_security
+from tests.integration import crd_schemas, pod_security
 from tests.integration.helpers import KUSTOMIZATION, built, named
 
 pytestmark = pytest.mark.integration
@@ -32,16 +33,8 @@ KUBERNETES = "1.37.0"
 PUSH, SCRAPE, BASE = KUSTOMIZATION, KUSTOMIZATION / "scrape", KUSTOMIZATION / "base"
 MONITORING = KUSTOMIZATION / "monitoring"
 EXTENSION = KUSTOMIZATION / "inference-extension"
-# Custom resources, of no schema in Kubernetes' own (each checked below): the Prometheus
-# Operator's, cert-manager's, the Gateway API's, Envoy Gateway's, the Inference Extension's.
-CUSTOM_GROUPS = {
-    "monitoring.coreos.com": {"ServiceMonitor", "PrometheusRule"},
-    "cert-manager.io": {"Issuer", "Certificate"},
-    "gateway.networking.k8s.io": {"HTTPRoute"},
-    "gateway.envoyproxy.io": {"EnvoyExtensionPolicy"},
-    "inference.networking.k8s.io": {"InferencePool"},
-    "inference.networking.x-k8s.io": {"InferenceObjective"},
-}
+NAMESPACE = KUSTOMIZATION / "namespace"
+ISTIO = REPO / "deploy" / "istio"
 # Our own containers (the engine's image is vLLM's, as its users run it).
 OURS = {"envoy", "sidecar", "reporter", "redis"}
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -56,18 +49,25 @@ def is_component(kustomization: Path) -> bool:
     return yaml.safe_load((kustomization / "kustomization.yaml").read_text())["kind"] == "Component"
 
 
-def buildable(kustomization: Path, work: Path) -> Path:
-    """A kustomization as it is; a component as a user's overlay adds it to the push
-    variant (paths relative: kustomize takes no absolute ones)."""
+def buildable(kustomization: Path, work: Path, variant: Path = PUSH) -> Path:
+    """A kustomization as it is; a component as a user's overlay adds it to `variant`
+    (paths relative: kustomize takes no absolute ones)."""
     if not is_component(kustomization):
         return kustomization
-    overlay = {
+    return overlay(work, variant, components=[kustomization])
+
+
+def overlay(work: Path, variant: Path, components: list[Path] = (), **fields) -> Path:
+    """A user's kustomization in `work` taking `variant`, with `components` and `fields`."""
+    document = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [os.path.relpath(PUSH, work)],
-        "components": [os.path.relpath(kustomization, work)],
+        "resources": [os.path.relpath(variant, work)],
+        **fields,
     }
-    (work / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    if components:
+        document["components"] = [os.path.relpath(c, work) for c in components]
+    (work / "kustomization.yaml").write_text(yaml.safe_dump(document))
     return work
 
 
@@ -98,19 +98,74 @@ def volumes_resolve(documents: list[dict]) -> None:
                 named(documents, "ConfigMap", volume["configMap"]["name"])
 
 
+def validates(document: dict) -> None:
+    """Strictly, by Kubernetes' own schemas or, for a custom resource, by its project's
+    released CRD: a field either does not know is refused."""
+    if crd_schemas.is_custom(document):
+        crd_schemas.validate(document)
+    else:
+        kubernetes_validate.validate(document, KUBERNETES, strict=True)
+
+
 @pytest.mark.parametrize("kustomization", kustomizations(), ids=lambda p: p.name)
 def test_every_kustomization_builds_and_validates(kustomization, tmp_path):
     documents = built(buildable(kustomization, tmp_path))
     assert documents
     for document in documents:
         assert document["metadata"].get("namespace", "qos") == "qos"
-        group = document["apiVersion"].rpartition("/")[0]
-        if group in CUSTOM_GROUPS:
-            assert document["kind"] in CUSTOM_GROUPS[group]
-            continue
-        # Raises on a field the release does not know, or a wrong type.
-        kubernetes_validate.validate(document, KUBERNETES, strict=True)
+        validates(document)
     volumes_resolve(documents)
+
+
+VARIANTS = (PUSH, SCRAPE, EXTENSION)
+COMPONENTS = sorted((KUSTOMIZATION / "components").iterdir())
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda p: p.name)
+def test_every_variant_builds_with_every_component(variant, tmp_path):
+    documents = built(overlay(tmp_path, variant, components=COMPONENTS))
+    for document in documents:
+        validates(document)
+    volumes_resolve(documents)
+    # Every component did its part: the sidecars on two cores, the certificates made.
+    sidecar = containers(documents)["sidecar"]
+    assert {"name": "QOS_PROCESSES", "value": "2"} in sidecar["env"]
+    assert {d["spec"]["secretName"] for d in documents if d["kind"] == "Certificate"} >= {
+        "qos-grpc-tls"
+    }
+
+
+def test_the_istio_resources_validate_by_istios_crds():
+    files = sorted(ISTIO.rglob("*.yaml"))
+    assert files
+    for path in files:
+        for document in yaml.safe_load_all(path.read_text()):
+            assert crd_schemas.is_custom(document), path
+            crd_schemas.validate(document)
+
+
+def test_the_crd_check_refuses_unknown_fields_wrong_types_and_unknown_kinds():
+    objective = {
+        "apiVersion": "llm-d.ai/v1alpha2",
+        "kind": "InferenceObjective",
+        "metadata": {"name": "o"},
+        "spec": {"priority": 1, "poolRef": {"name": "vllm"}},
+    }
+    crd_schemas.validate(objective)
+    spoiled = {
+        "unknown field": lambda o: o["spec"].update(criticality="Critical"),
+        "wrong type": lambda o: o["spec"].update(priority="high"),
+        "missing field": lambda o: o["spec"].pop("poolRef"),
+    }
+    for spoil in spoiled.values():
+        document = copy.deepcopy(objective)
+        spoil(document)
+        with pytest.raises(jsonschema.ValidationError):
+            crd_schemas.validate(document)
+    legacy = dict(objective, apiVersion="inference.networking.x-k8s.io/v1alpha2")
+    assert crd_schemas.is_custom(legacy)
+    with pytest.raises(LookupError):
+        crd_schemas.validate(legacy)
 
 
 def test_the_variants_differ_only_in_how_the_load_is_learnt():
@@ -144,20 +199,14 @@ def test_the_reporters_and_the_sidecars_present_and_ask_the_same_report_token():
     assert token_of("sidecar") == token_of("reporter") == {"name": "qos-report", "key": "token"}
 
 
-def test_an_overlay_in_another_namespace_leaves_nothing_in_qos(tmp_path):
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda p: p.name)
+def test_an_overlay_in_another_namespace_leaves_nothing_in_qos(variant, tmp_path):
     """Service names resolve in the pod's own namespace: an overlay that places the
     gateway elsewhere has every object there, and no text naming the qos namespace."""
-    overlay = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "namespace": "llm-test",
-        "resources": [os.path.relpath(PUSH, tmp_path)],
-    }
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-    documents = built(tmp_path)
+    documents = built(overlay(tmp_path, variant, namespace="llm-test"))
     for document in documents:
-        where = document["metadata"].get("namespace", document["metadata"]["name"])
-        assert where == "llm-test", document["metadata"]
+        assert document["kind"] != "Namespace"  # the namespace is not the app's
+        assert document["metadata"]["namespace"] == "llm-test", document["metadata"]
     text = yaml.safe_dump_all(documents)
     assert "qos.svc" not in text
     assert not re.search(r"(?<![\w])namespace: qos\b", text)
@@ -175,13 +224,13 @@ def test_envoy_presents_the_token_the_sidecar_asks_of_it_in_every_variant():
 
 
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
-GATEWAYS = [k for k in kustomizations() if k != MONITORING]
+GATEWAYS = [k for k in kustomizations() if k not in (MONITORING, NAMESPACE)]
 
 
 @pytest.mark.parametrize("kustomization", GATEWAYS, ids=lambda p: p.name)
 def test_every_pod_passes_the_restricted_pod_security_standard(kustomization, tmp_path):
     documents = built(buildable(kustomization, tmp_path))
-    namespace = named(documents, "Namespace", "qos")["metadata"]["labels"]
+    namespace = named(built(NAMESPACE), "Namespace", "qos")["metadata"]["labels"]
     assert namespace["pod-security.kubernetes.io/enforce"] == "restricted"
     pods = {d["metadata"]["name"]: d for d in documents if d["kind"] in WORKLOADS}
     assert {"qos-gateway", "redis", "vllm"} <= set(pods)
@@ -402,6 +451,35 @@ def test_only_who_needs_a_port_may_reach_it():
     assert services["qos-admin"]["spec"]["ports"][0]["targetPort"] == "admin"
 
 
+def test_behind_a_gateway_the_picker_and_its_proxies_reach_the_model_pods():
+    documents = built(EXTENSION)
+    (rule,) = named(documents, "NetworkPolicy", "vllm")["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    peers = rule["from"]
+    proxies = [p for p in peers if "namespaceSelector" in p]
+    assert proxies == [
+        {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}
+            },
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/component": "proxy",
+                    "app.kubernetes.io/managed-by": "envoy-gateway",
+                }
+            },
+        }
+    ]
+    # The picker the pool names, under either of its chart's labels, and the sidecars.
+    picker = named(documents, "InferencePool", "vllm")["spec"]["endpointPickerRef"]["name"]
+    local = [p["podSelector"]["matchLabels"] for p in peers if "namespaceSelector" not in p]
+    assert local == [
+        {"app": "qos-gateway"},
+        {"llm-d-router-standalone": picker},
+        {"llm-d-router-gateway": picker},
+    ]
+
+
 def test_prometheus_scrapes_the_admin_service_and_promtool_passes_the_alerts(tmp_path):
     monitoring, gateway = built(MONITORING), built(PUSH)
     monitor = named(monitoring, "ServiceMonitor", "qos-sidecar")["spec"]
@@ -448,13 +526,20 @@ def test_the_inference_extension_variant_puts_the_sidecar_before_the_picker():
     extension = config["inference_extension"]
     assert QosConfig.from_partial(config).inference_extension.enabled  # the sidecars take it
     pool = named(documents, "InferencePool", "vllm")
+    # llm-d's objectives, which its picker reads; none of the Extension's older group,
+    # which it ignores beside them.
+    assert not [d for d in documents if "x-k8s.io" in d["apiVersion"]]
     objectives = {
         d["metadata"]["name"]: d["spec"] for d in documents if d["kind"] == "InferenceObjective"
+    }
+    assert {d["apiVersion"] for d in documents if d["kind"] == "InferenceObjective"} == {
+        "llm-d.ai/v1alpha2"
     }
     names = [extension["objectives"][tier] for tier in ("p0", "p1", "p2")]
     assert sorted(names) == sorted(objectives)
     priorities = [objectives[name]["priority"] for name in names]
     assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == 3
+    assert priorities[2] < 0 <= priorities[1]  # P2 alone sheddable in llm-d's flow control
     assert {o["poolRef"]["name"] for o in objectives.values()} == {"vllm"}
     # The route goes to the pool; the sidecar is called on it with the whole body.
     route = named(documents, "HTTPRoute", "llm")

@@ -138,6 +138,12 @@ async def test_admitted_request_is_tagged_and_spoofed_headers_are_dropped():
         "x-gateway-inference-objective",
         "x-gateway-inference-fairness-id",
         "x-gateway-destination-endpoint",
+        "x-llm-d-model-name-rewrite",
+        "x-gateway-model-name-rewrite",
+        "x-llm-d-slo-ttft-ms",
+        "x-slo-ttft-ms",
+        "x-llm-d-slo-tpot-ms",
+        "x-slo-tpot-ms",
     )
     assert decision.upstream.replace_body is None
     cost, buckets = limiter.calls[0]

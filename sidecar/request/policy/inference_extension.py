@@ -22,9 +22,25 @@ HEADER_NAMES = {
 }
 # Where the EPP sends the request (the gateway routes by it): the EPP's to set.
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# What else llm-d's picker takes from a request (both names of each): the model it
+# rewrites the request to (a model other than the one charged) and latency goals it
+# schedules by. Never a client's to say behind the sidecar.
+PICKER_HINTS = (
+    "x-llm-d-model-name-rewrite",
+    "x-gateway-model-name-rewrite",
+    "x-llm-d-slo-ttft-ms",
+    "x-slo-ttft-ms",
+    "x-llm-d-slo-tpot-ms",
+    "x-slo-tpot-ms",
+)
 # Stripped from every request a client sends, whether the extension is on or not, under
 # every name a picker may read.
-CLIENT_MAY_NOT_SEND = (*HEADER_NAMES["llm-d"], *HEADER_NAMES["gateway-api"], DESTINATION_HEADER)
+CLIENT_MAY_NOT_SEND = (
+    *HEADER_NAMES["llm-d"],
+    *HEADER_NAMES["gateway-api"],
+    DESTINATION_HEADER,
+    *PICKER_HINTS,
+)
 
 
 def inference_headers(config: InferenceExtensionConfig, tier: str, tenant: str) -> dict[str, str]:
