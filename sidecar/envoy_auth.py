@@ -6,7 +6,10 @@ shared token it sends as gRPC metadata on every stream to the sidecar's cluster:
 shipped configs add `x-qos-envoy-token: %ENVIRONMENT(QOS_ENVOY_TOKEN)%` there (an
 upstream header filter), so the token comes from Envoy's environment, as a Secret gives
 it, never from a config file. A sidecar without a token serves these services only on a
-loopback address: then the machine (in Kubernetes, the pod) is the boundary.
+loopback address: then the machine (in Kubernetes, the pod) is the boundary. A gateway
+that cannot add metadata to its gRPC streams (Envoy Gateway's proxies) proves itself
+instead with its TLS client certificate: one the port's client CA verified that names
+the DNS name the sidecar is given (QOS_ENVOY_CLIENT_NAME) among its SANs.
 
 A call without the token is refused before any servicer sees it, counted and logged.
 An ext_proc stream so refused is answered, not failed: Envoy would let a request through
@@ -17,6 +20,7 @@ unmetered after a gRPC error on a route that fails open, so a misconfigured Envo
 from __future__ import annotations
 
 import hmac
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -61,22 +65,42 @@ _UNDECIDED.immediate_response.headers.set_headers.add().header.MergeFrom(
 )
 
 
+CLIENT_NAME_ENV = "QOS_ENVOY_CLIENT_NAME"
+# Where gRPC's auth context lists a verified peer certificate's SANs.
+_SANS = "x509_subject_alternative_name"
+
+
 @dataclass(frozen=True)
 class EnvoyCredential:
-    """The token Envoy presents; "" when the sidecar listens on loopback only and takes
-    every local caller for its Envoy."""
+    """The token Envoy presents ("" when the sidecar listens on loopback only and takes
+    every local caller for its Envoy), and the name a client certificate may prove it by
+    instead ("" for none)."""
 
     token: str
+    client_name: str = ""
 
     @classmethod
-    def for_listener(cls, token: str, grpc_host: str) -> EnvoyCredential:
+    def for_listener(
+        cls, token: str, grpc_host: str, client_name: str = "", client_ca: bool = False
+    ) -> EnvoyCredential:
         if not token and not is_loopback(grpc_host):
             raise SystemExit(
                 f"--grpc-host {grpc_host} is reachable from other machines: set {ENV} here "
                 "and in Envoy's environment, so that only Envoy may call ext_proc, the "
                 "access log and the runtime layer"
             )
-        return cls(token)
+        if client_name and not client_ca:
+            raise SystemExit(
+                f"{CLIENT_NAME_ENV} names Envoy's client certificate, which only a port "
+                "verifying client certificates can see: set --tls-client-ca-file"
+            )
+        return cls(token, client_name)
+
+    def names_client(self, context: grpc.aio.ServicerContext) -> bool:
+        """Whether the caller's verified certificate names Envoy's client name."""
+        if not self.client_name:
+            return False
+        return self.client_name.encode() in context.auth_context().get(_SANS, ())
 
     def refusal(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
         """Why a call with this metadata is not Envoy's ("missing", "wrong"), or None."""
@@ -130,7 +154,47 @@ class EnvoyOnly(grpc.aio.ServerInterceptor):
         reason = self._credential.refusal(handler_call_details.invocation_metadata)
         if reason is None:
             return await continuation(handler_call_details)
-        return _refusing(service, reason, self._refusals)
+        refused = _refusing(service, reason, self._refusals)
+        if not self._credential.client_name:
+            return refused
+        # No token: Envoy still, if its certificate says so (seen only once the call runs).
+        handler = await continuation(handler_call_details)
+        return _either(handler, refused, self._credential.names_client)
+
+
+def _either(
+    handler: grpc.RpcMethodHandler,
+    refused: grpc.RpcMethodHandler,
+    accepted: Callable[[grpc.aio.ServicerContext], bool],
+) -> grpc.RpcMethodHandler:
+    """`handler` for a caller `accepted` takes, `refused` for any other."""
+    streaming = handler.stream_stream is not None
+    served = handler.stream_stream if streaming else handler.stream_unary
+    refusing = refused.stream_stream if streaming else refused.stream_unary
+
+    if inspect.isasyncgenfunction(served):
+
+        async def either(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            if not accepted(context):
+                await refusing(requests, context)  # aborts the call
+                return
+            async for response in served(requests, context):
+                yield response
+
+    else:
+
+        async def either(requests: Any, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[misc]
+            chosen = served if accepted(context) else refusing
+            return await chosen(requests, context)
+
+    make = (
+        grpc.stream_stream_rpc_method_handler if streaming else grpc.stream_unary_rpc_method_handler
+    )
+    return make(
+        either,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _refusing(service: str, reason: str, refusals: _Refusals) -> grpc.RpcMethodHandler:

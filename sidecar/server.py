@@ -433,7 +433,13 @@ def guarded_port(settings: SidecarSettings) -> tuple[TlsFiles | None, EnvoyCrede
     without TLS (unless said private), or without Envoy's token, is refused here."""
     tls = settings.grpc_tls
     grpc_tls.check_listener(settings.grpc_host, tls, settings.grpc_plaintext)
-    return tls, EnvoyCredential.for_listener(settings.envoy_token, settings.grpc_host)
+    envoy = EnvoyCredential.for_listener(
+        settings.envoy_token,
+        settings.grpc_host,
+        settings.envoy_client_name,
+        client_ca=tls is not None and tls.ca is not None,
+    )
+    return tls, envoy
 
 
 def scrape_settings(settings: SidecarSettings) -> ScrapeSettings:

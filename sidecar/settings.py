@@ -128,6 +128,13 @@ class SidecarSettings:
         "(metadata x-qos-envoy-token, from Envoy's own QOS_ENVOY_TOKEN); unset: those "
         "services take every caller, and the gRPC port must be on loopback",
     )
+    envoy_client_name: str = setting(
+        "",
+        "QOS_ENVOY_CLIENT_NAME",
+        "a DNS name whose client certificate (verified by --tls-client-ca-file) proves a "
+        "caller Envoy as the token does: for gateways that cannot add the token to their "
+        "gRPC streams (Envoy Gateway's proxies); unset: the token alone",
+    )
     scrape_targets: str = setting(
         "",
         "QOS_SCRAPE_TARGETS",

@@ -11,11 +11,8 @@ import asyncio
 import copy
 
 import aiohttp
-import grpc
 import pytest
 import pytest_asyncio
-from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 from sidecar.config.schema import InferenceExtensionConfig
 from sidecar.ports import free_port
@@ -26,9 +23,9 @@ from sidecar.request.policy.inference_extension import (
     OBJECTIVE_HEADER,
 )
 from sidecar.tooling.stack import envoy_config
-from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import start_envoy
 from tests.integration.helpers import stack_with_tenants
+from tests.integration.stand_in_picker import generated, running_picker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -36,24 +33,6 @@ PAY_KEY, BATCH_KEY = "gaie-pay-p0", "gaie-batch-p2"
 OBJECTIVES = {"p0": "checkout-critical", "p1": "core", "p2": "batch-sheddable"}
 EPP_FILTER = "gaie.endpoint_picker"
 EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
-
-
-class StandInPicker(ext_proc_grpc.ExternalProcessorServicer):
-    """Sees each request's headers, sends it to `endpoint`, keeps what it saw."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.seen: list[dict[str, str]] = []
-
-    async def Process(self, request_iterator, context):
-        async for message in request_iterator:
-            headers = {h.key: h.raw_value.decode() for h in message.request_headers.headers.headers}
-            self.seen.append(headers)
-            picked = ext_proc.HeadersResponse()
-            mutation = picked.response.header_mutation.set_headers.add()
-            mutation.header.key = DESTINATION_HEADER
-            mutation.header.raw_value = self.endpoint.encode()
-            yield ext_proc.ProcessingResponse(request_headers=picked)
 
 
 def chained(config: dict, epp_port: int) -> dict:
@@ -108,13 +87,7 @@ async def picked(tmp_path):
         InferenceExtensionConfig.model_validate(extension)
         stack.config.set({"inference_extension": extension})
         engine = stack.engine_urls[1].removeprefix("http://")
-        picker = StandInPicker(engine)
-        server = grpc.aio.server()
-        ext_proc_grpc.add_ExternalProcessorServicer_to_server(picker, server)
-        epp_port = free_port()
-        server.add_insecure_port(f"127.0.0.1:{epp_port}")
-        await server.start()
-        try:
+        async with running_picker(engine) as (picker, epp_port):
             port, admin_port = free_port(), free_port()
             config = chained(stack.envoy_config(port, admin_port), epp_port)
             envoy = start_envoy(config, tmp_path, admin_port, "envoy-gaie", 1, stack.envoy_env)
@@ -122,14 +95,6 @@ async def picked(tmp_path):
                 yield stack, picker, f"http://127.0.0.1:{port}"
             finally:
                 envoy.stop()
-        finally:
-            await server.stop(0)
-
-
-def generated(engine_url: str) -> float:
-    """Tokens the engine has decoded (its counter, over its labels)."""
-    samples = scrape(f"{engine_url}/metrics")
-    return sum(v for k, v in samples.items() if k.startswith("vllm:generation_tokens_total"))
 
 
 async def post(session, url: str, key: str, **headers: str):

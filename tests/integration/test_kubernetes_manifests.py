@@ -20,8 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sidecar.config.schema import QosConfig
+from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.loops.scrape.targets import parse_targets
+from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND
 from sidecar.tooling.stack import envoy_config
 from tests.integration import crd_schemas, pod_security
 from tests.integration.helpers import KUSTOMIZATION, built, named
@@ -332,12 +333,7 @@ def test_every_grpc_client_and_the_sidecar_take_their_tls_files_from_a_mounted_s
     for name in ("QOS_TLS_CA_FILE", "QOS_TLS_CERT_FILE", "QOS_TLS_KEY_FILE"):
         assert secret_of("reporter", reporter[name]) == "qos-reporter-tls", name
     # cert-manager's component makes both Secrets, the gateway's for both ends.
-    component = yaml.safe_load_all(
-        (KUSTOMIZATION / "components" / "cert-manager" / "certificates.yaml").read_text()
-    )
-    certificates = {
-        d["spec"]["secretName"]: d["spec"] for d in component if d["kind"] == "Certificate"
-    }
+    certificates = cert_managers_certificates()
     assert set(certificates["qos-grpc-tls"]["usages"]) == {"server auth", "client auth"}
     assert "qos-sidecar" in certificates["qos-grpc-tls"]["dnsNames"]
     assert certificates["qos-reporter-tls"]["usages"] == ["client auth"]
@@ -364,6 +360,14 @@ def test_our_containers_are_sized_hardened_and_pinned():
         assert pod(documents, kind, name)["securityContext"]["runAsNonRoot"] is True
     users = {found[n]["securityContext"].get("runAsUser") for n in ("sidecar", "reporter")}
     assert users == {10001}
+
+
+def cert_managers_certificates() -> dict[str, dict]:
+    """The cert-manager component's Certificates, by the Secret each makes."""
+    component = yaml.safe_load_all(
+        (KUSTOMIZATION / "components" / "cert-manager" / "certificates.yaml").read_text()
+    )
+    return {d["spec"]["secretName"]: d["spec"] for d in component if d["kind"] == "Certificate"}
 
 
 def cores(quantity: str) -> float:
@@ -449,6 +453,58 @@ def test_only_who_needs_a_port_may_reach_it():
     assert sources("vllm", 8000) == gateway_only
     services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
     assert services["qos-admin"]["spec"]["ports"][0]["targetPort"] == "admin"
+
+
+def longest_hold_allowed() -> float:
+    """The longest any configuration may hold a request (tiers' max_queue_wait_seconds)."""
+    (bound,) = [
+        m.le for m in TierConfig.model_fields["max_queue_wait_seconds"].metadata if hasattr(m, "le")
+    ]
+    return bound
+
+
+def test_envoy_gateways_proxies_hold_qos_as_our_own_envoy_does():
+    documents = built(EXTENSION)
+    (processor,) = named(documents, "EnvoyExtensionPolicy", "qos-sidecar")["spec"]["extProc"]
+    # A held request is decided: the message timeout outlasts any hold.
+    timeout = processor["messageTimeout"]
+    assert timeout.endswith("s") and float(timeout[:-1]) >= longest_hold_allowed() + 1
+    # Fails closed (core-only cannot be known without the sidecars); the slot's metadata.
+    assert processor["failOpen"] is False and processor["statusOnError"] == 503
+    assert processor["metadata"]["writableNamespaces"] == ["qos.exchange"]
+    assert processor["processingMode"]["allowModeOverride"] is True
+    # Every exchange's end reaches the sidecars, with what our own Envoy logs of it.
+    proxy = named(documents, "EnvoyProxy", "qos-gateway-proxy")["spec"]
+    (setting,) = proxy["telemetry"]["accessLog"]["settings"]
+    (sink,) = setting["sinks"]
+    base = yaml.safe_load(named(built(PUSH), "ConfigMap", "envoy-config")["data"]["envoy.yaml"])
+    (ours,) = envoy_config.connection_manager(base)["access_log"]
+    assert sink["als"]["backendRefs"] == processor["backendRefs"]
+    assert sink["als"]["logName"] == ours["typed_config"]["common_config"]["log_name"]
+    assert (
+        sink["als"]["http"]["requestHeaders"]
+        == ours["typed_config"]["additional_request_headers_to_log"]
+    )
+    # Client copies of the picker's headers and ours go before any filter reads them.
+    removed = named(documents, "ClientTrafficPolicy", "qos-gateway")["spec"]["headers"]
+    early = set(removed["earlyRequestHeaders"]["remove"])
+    mutation = next(
+        f for f in envoy_config.connection_manager(base)["http_filters"]
+        if f["name"] == "envoy.filters.http.header_mutation"
+    )  # fmt: skip
+    ours_removed = {m["remove"] for m in mutation["typed_config"]["mutations"]["request_mutations"]}
+    assert early == set(CLIENT_MAY_NOT_SEND) | ours_removed
+    # The proxies prove themselves by the name their certificate carries.
+    sidecar = {e["name"]: e.get("value") for e in containers(documents)["sidecar"]["env"]}
+    assert proxy["backendTLS"]["clientCertificateRef"]["name"] == "qos-proxy-tls"
+    certificates = cert_managers_certificates()
+    assert certificates["qos-proxy-tls"]["dnsNames"] == [sidecar["QOS_ENVOY_CLIENT_NAME"]]
+    # ...and check the sidecars' certificate for the name it is issued for.
+    check = named(documents, "BackendTLSPolicy", "qos-sidecar")["spec"]
+    assert check["targetRefs"] == [{"group": "", "kind": "Service", "name": "qos-sidecar"}]
+    assert check["validation"]["hostname"] in certificates["qos-grpc-tls"]["dnsNames"]
+    gateway = named(documents, "Gateway", "inference-gateway")["spec"]
+    assert gateway["infrastructure"]["parametersRef"]["name"] == "qos-gateway-proxy"
 
 
 def test_behind_a_gateway_the_picker_and_its_proxies_reach_the_model_pods():

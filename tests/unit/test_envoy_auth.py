@@ -1,5 +1,6 @@
-"""Who counts as the gateway's Envoy: the token it presents, or, without one, any caller
-of a sidecar that listens on loopback only."""
+"""Who counts as the gateway's Envoy: the token it presents, or a client certificate
+naming the name it is given, or, without a token, any caller of a sidecar that listens on
+loopback only."""
 
 from __future__ import annotations
 
@@ -28,3 +29,25 @@ def test_without_a_token_a_reachable_port_is_refused_at_start(host):
     with pytest.raises(SystemExit, match="QOS_ENVOY_TOKEN"):
         EnvoyCredential.for_listener("", host)
     assert EnvoyCredential.for_listener("t", host).token == "t"
+
+
+class Peer:
+    """A call's context as gRPC gives it: the verified certificate's SANs, if any."""
+
+    def __init__(self, *sans: bytes) -> None:
+        self._auth = {"x509_subject_alternative_name": list(sans)} if sans else {}
+
+    def auth_context(self) -> dict:
+        return self._auth
+
+
+def test_a_client_certificate_names_envoy_only_when_the_port_verifies_certificates():
+    with pytest.raises(SystemExit, match="--tls-client-ca-file"):
+        EnvoyCredential.for_listener("t", "0.0.0.0", client_name="qos-gateway-proxy")
+    credential = EnvoyCredential.for_listener(
+        "t", "0.0.0.0", client_name="qos-gateway-proxy", client_ca=True
+    )
+    assert credential.names_client(Peer(b"qos-gateway-proxy", b"localhost"))
+    assert not credential.names_client(Peer(b"qos-sidecar"))
+    assert not credential.names_client(Peer())  # no certificate
+    assert not EnvoyCredential("t").names_client(Peer(b"qos-gateway-proxy"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def _issue(
     key: ec.EllipticCurvePrivateKey,
     issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
     usages: list[x509.ObjectIdentifier],
+    dns_names: Sequence[str] = (),
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     issuer_name, signer = issuer if issuer is not None else (_name(subject), key)
@@ -64,17 +66,21 @@ def _issue(
     )
     if usages:
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     if ExtendedKeyUsageOID.SERVER_AUTH in usages:
-        names: list[x509.GeneralName] = [
+        names += [
             x509.DNSName(SERVER_NAME),
             x509.DNSName("localhost"),
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         ]
+    if names:
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(signer, hashes.SHA256())
 
 
-def make_local_pki(directory: Path) -> LocalPki:
+def make_local_pki(directory: Path, client_name: str = "") -> LocalPki:
+    """`client_name`: a DNS name the client certificate carries (a gateway's proxies
+    prove themselves by it: QOS_ENVOY_CLIENT_NAME)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _issue("qos-sidecar local CA", ca_key, None, [])
@@ -88,7 +94,8 @@ def make_local_pki(directory: Path) -> LocalPki:
         ("client", [ExtendedKeyUsageOID.CLIENT_AUTH]),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(f"qos-sidecar {who}", key, (ca.subject, ca_key), usages)
+        names = [client_name] if who == "client" and client_name else []
+        cert = _issue(f"qos-sidecar {who}", key, (ca.subject, ca_key), usages, names)
         cert_path, key_path = directory / f"{who}.crt", directory / f"{who}.key"
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)

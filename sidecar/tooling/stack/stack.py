@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sidecar import redis_connect
+from sidecar import envoy_auth, redis_connect
 from sidecar.config.schema import OverloadConfig
 from sidecar.config.state_dir import StateDir
 from sidecar.grpc_tls import TlsFiles
@@ -88,6 +88,9 @@ class StackOptions:
     # Mutual TLS on the sidecar's gRPC port, with a throwaway CA made in work_dir: Envoy
     # and the reporters present its client certificate.
     tls: bool = False
+    # With tls: a DNS name the client certificate carries, which the sidecar takes for
+    # its Envoy's, as it does the token (QOS_ENVOY_CLIENT_NAME): a Gateway's proxies.
+    tls_client_name: str = ""
 
     @classmethod
     def on_free_ports(cls, work_dir: Path, **overrides: object) -> StackOptions:
@@ -243,7 +246,7 @@ class Stack:
             raise StackError("pools are made of mocks: give no running engines with them")
         try:
             if self.options.tls:
-                self.pki = _local_pki(self.options.work_dir / "pki")
+                self.pki = _local_pki(self.options.work_dir / "pki", self.options.tls_client_name)
             self._start_redis()
             if self.options.base_config():
                 # The pools and the reports' TTL, there before the sidecar reads any report.
@@ -328,12 +331,18 @@ class Stack:
                 tls=self.pki,
                 env={
                     **dict(self.options.sidecar_env),
+                    **self._client_name_env,
                     ADMIN_TOKEN_ENV: self.admin_token,
                     REPORT_TOKEN_ENV: self.report_token,
                     ENVOY_TOKEN_ENV: self.envoy_token,
                 },
             ).process
         )
+
+    @property
+    def _client_name_env(self) -> dict[str, str]:
+        name = self.options.tls_client_name
+        return {envoy_auth.CLIENT_NAME_ENV: name} if name else {}
 
     def _scrape_args(self) -> list[str]:
         if self.options.load_source == "push":
@@ -453,14 +462,14 @@ class Stack:
         )
 
 
-def _local_pki(directory: Path) -> LocalPki:
+def _local_pki(directory: Path, client_name: str) -> LocalPki:
     """A throwaway CA for `tls`: made with cryptography, the stack extra's, imported only
     here, so that a plain install runs everything else."""
     try:
         from sidecar.tooling.stack.certificates import make_local_pki
     except ImportError as error:
         raise StackError(f"TLS needs pip install 'qos-sidecar[stack]' ({error})") from None
-    return make_local_pki(directory)
+    return make_local_pki(directory, client_name)
 
 
 def tls_server_args(files: TlsFiles) -> list[str]:
@@ -497,8 +506,9 @@ def start_envoy(
     """Envoy running `config` (whose admin listens on `admin_port`), ready when it returns;
     `env`: secrets it reads from its environment (the sidecar's token).
     A config whose mode layer follows no sidecar's state directory here (the shipped
-    path) reads an empty one of its own: Envoy does not start on a missing directory."""
-    if not envoy_config.state_dir_of(config).is_dir():
+    path) reads an empty one of its own: Envoy does not start on a missing directory.
+    (A config with no such layer, another gateway's, runs as it is.)"""
+    if "layered_runtime" in config and not envoy_config.state_dir_of(config).is_dir():
         state = work_dir / f"{name}-state"
         state.mkdir(parents=True, exist_ok=True)
         config = envoy_config.with_state_dir(copy.deepcopy(config), state)
