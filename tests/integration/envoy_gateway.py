@@ -58,7 +58,7 @@ def _policy_name(policy: dict[str, Any]) -> str:
     return f"{policy['kind'].lower()}/{meta['namespace']}/{meta['name']}"
 
 
-def _duration(text: str) -> str:
+def duration(text: str) -> str:
     """A Gateway API duration (30s, 250ms, 1m) as protobuf JSON's seconds."""
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     for unit in ("ms", "s", "m", "h"):
@@ -67,7 +67,7 @@ def _duration(text: str) -> str:
     raise ValueError(text)
 
 
-def _grpc_cluster(name: str, port: int, tls: dict[str, Any] | None) -> dict[str, Any]:
+def grpc_cluster(name: str, port: int, tls: dict[str, Any] | None) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
         "type": "STATIC",
@@ -154,7 +154,7 @@ def _ext_proc(policy: dict[str, Any], cluster: str, authority: str) -> dict[str,
         "allow_mode_override": mode.get("allowModeOverride", False),
     }
     if "messageTimeout" in spec:
-        config["message_timeout"] = _duration(spec["messageTimeout"])
+        config["message_timeout"] = duration(spec["messageTimeout"])
     if "statusOnError" in spec:
         config["status_on_error"] = {"code": _STATUS[spec["statusOnError"]]}
     writable = spec.get("metadata", {}).get("writableNamespaces")
@@ -270,7 +270,7 @@ def proxy_config(documents: list[dict], here: Here) -> dict[str, Any]:
                             "match": {"prefix": rule["matches"][0]["path"]["value"]},
                             "route": {
                                 "cluster": route_prefix,
-                                "timeout": _duration(rule["timeouts"]["request"]),
+                                "timeout": duration(rule["timeouts"]["request"]),
                             },
                             "typed_per_filter_config": {
                                 filter_name: {
@@ -284,15 +284,32 @@ def proxy_config(documents: list[dict], here: Here) -> dict[str, Any]:
             ],
         },
     }
-    engines = {
-        "name": route_prefix,
+    clusters = [
+        grpc_cluster(ours, here.sidecar_port, tls),
+        grpc_cluster("accesslog_als_0_0", here.sidecar_port, tls),
+        grpc_cluster("endpointpicker", here.picker_port, None),
+        engines_by_picker(route_prefix),
+    ]
+    return bootstrap(listener_name, here, manager, clusters)
+
+
+def engines_by_picker(name: str) -> dict[str, Any]:
+    """The model servers' cluster: each request to the endpoint the picker named."""
+    return {
+        "name": name,
         "type": "ORIGINAL_DST",
         "lb_policy": "CLUSTER_PROVIDED",
         "connect_timeout": "10s",
         "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
     }
+
+
+def bootstrap(
+    listener_name: str, here: Here, manager: dict[str, Any], clusters: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A proxy with one listener (this connection manager) and these clusters."""
     return {
-        "node": {"id": "envoy-gateway-proxy", "cluster": "envoy-gateway-proxy"},
+        "node": {"id": "gateway-proxy", "cluster": "gateway-proxy"},
         "admin": {
             "address": {"socket_address": {"address": "127.0.0.1", "port_value": here.admin_port}}
         },
@@ -313,11 +330,6 @@ def proxy_config(documents: list[dict], here: Here) -> dict[str, Any]:
                     },
                 }
             ],
-            "clusters": [
-                _grpc_cluster(ours, here.sidecar_port, tls),
-                _grpc_cluster("accesslog_als_0_0", here.sidecar_port, tls),
-                _grpc_cluster("endpointpicker", here.picker_port, None),
-                engines,
-            ],
+            "clusters": clusters,
         },
     }

@@ -36,13 +36,17 @@ def test_kubernetes_envoy_config_validates_and_matches_the_local_one(tmp_path):
 
 
 def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
-    (envoy_filter,) = documents(DEPLOY / "istio" / "envoyfilter.yaml")
+    (envoy_filter,) = documents(DEPLOY / "istio" / "filters" / "envoyfilter.yaml")
     assert envoy_filter["kind"] == "EnvoyFilter"
     patches = envoy_filter["spec"]["configPatches"]
     filters = [p["patch"]["value"] for p in patches if p["applyTo"] == "HTTP_FILTER"]
     (network,) = (p["patch"] for p in patches if p["applyTo"] == "NETWORK_FILTER")
-    # Each is inserted before the router, so they run in the order listed.
-    assert [f["name"] for f in filters] == list(envoy_config.QOS_FILTERS)
+    # Each is inserted before the router, so they run in the order listed: our own
+    # Envoy's filters, named qos.* (Istio keys its per-route settings by the well-known
+    # names, an InferencePool's picker being its envoy.filters.http.ext_proc).
+    assert [f["name"] for f in filters] == [
+        "qos." + name.rpartition(".")[2] for name in envoy_config.QOS_FILTERS
+    ]
     config = envoy_config.load()
     resources = config["static_resources"]
     manager = envoy_config.connection_manager(config)
@@ -53,7 +57,7 @@ def test_istio_envoyfilter_patches_validate_in_a_real_envoy(tmp_path):
     mesh_cluster = copy.deepcopy(
         next(c for c in resources["clusters"] if c["name"] == "qos_sidecar")
     )
-    (ext_proc,) = (f for f in filters if f["name"] == "envoy.filters.http.ext_proc")
+    (ext_proc,) = (f for f in filters if f["name"] == "qos.ext_proc")
     name = ext_proc["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]
     mesh_cluster["name"] = mesh_cluster["load_assignment"]["cluster_name"] = name
     # With Envoy's token on its streams, as the CLUSTER patch merges into Istio's cluster.

@@ -74,7 +74,7 @@ def test_every_shipped_envoy_normalises_the_path_it_forwards(path):
 def test_the_snippet_and_istio_normalise_the_path_too():
     snippet = yaml.safe_load((envoy_config.ENVOY_DIR / "ext_proc_filter.snippet.yaml").read_text())
     assert snippet["connection_manager_options"] == PATH_OPTIONS
-    istio = envoy_config.ENVOY_DIR.parent / "deploy" / "istio" / "envoyfilter.yaml"
+    istio = envoy_config.ENVOY_DIR.parent / "deploy" / "istio" / "filters" / "envoyfilter.yaml"
     patches = yaml.safe_load(istio.read_text())["spec"]["configPatches"]
     (manager,) = [p for p in patches if p["applyTo"] == "NETWORK_FILTER"]
     options = manager["patch"]["value"]["typed_config"]

@@ -1,10 +1,11 @@
-"""The Inference Extension variant behind Envoy Gateway, in real Envoy configured as Envoy
-Gateway configures its proxies from the variant's resources (envoy_gateway.py): the
-sidecar called first on the route (its message timeout, failure mode, metadata), the
-access-log sink, the early header removals, the proxies' client certificate in place of
-Envoy's token; then a stand-in endpoint picker and the model servers it picks. A request
-held in the queue is decided, not passed on; with the sidecars away nothing reaches the
-picker; a client names neither its objective nor its fairness id under any name."""
+"""The Inference Extension variants behind their gateways, in real Envoy configured as
+each gateway configures its proxies from the variant's resources: Envoy Gateway
+(envoy_gateway.py) and Istio (istio_gateway.py). The sidecar is called first on the
+route (its message timeout, failure mode, metadata), exchange ends reach its access-log
+sink, the proxies' client certificate stands for Envoy's token; then a stand-in endpoint
+picker and the model servers it picks. A request held in the queue is decided, not passed
+on; with the sidecars away nothing reaches the picker; a client names neither its
+objective nor its fairness id under any name."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from sidecar.request.policy.inference_extension import (
 )
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import start_envoy
-from tests.integration.envoy_gateway import Here, proxy_config
+from tests.integration import envoy_gateway, istio_gateway
+from tests.integration.envoy_gateway import Here
 from tests.integration.helpers import KUSTOMIZATION, built, named, stack_with_tenants, wait_until
 from tests.integration.stand_in_picker import generated, running_picker
 
@@ -33,22 +35,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 KEYS = {"p0": "eg-pay", "p1": "eg-core", "p2": "eg-batch"}
 TENANTS = {"pay": ("p0", KEYS["p0"]), "core": ("p1", KEYS["p1"]), "reports": ("p2", KEYS["p2"])}
-VARIANT = built(KUSTOMIZATION / "inference-extension")
+# Each variant, and how its gateway makes its proxies' configuration.
+VARIANTS = {
+    "envoy-gateway": (built(KUSTOMIZATION / "inference-extension"), envoy_gateway.proxy_config),
+    "istio": (built(KUSTOMIZATION / "inference-extension" / "istio"), istio_gateway.proxy_config),
+}
+SOME_VARIANT = VARIANTS["istio"][0]
 PROXY_NAME = next(
     e["value"]
-    for d in VARIANT
+    for d in SOME_VARIANT
     if d["kind"] == "Deployment"
     for c in d["spec"]["template"]["spec"]["containers"]
     for e in c.get("env", [])
     if e["name"] == "QOS_ENVOY_CLIENT_NAME"
 )
-SHIPPED = yaml.safe_load(named(VARIANT, "ConfigMap", "qos-config")["data"]["qos.yaml"])
+SHIPPED = yaml.safe_load(named(SOME_VARIANT, "ConfigMap", "qos-config")["data"]["qos.yaml"])
 OBJECTIVES = SHIPPED["inference_extension"]["objectives"]
 
 
 class Gateway:
-    def __init__(self, stack, picker, url: str) -> None:
-        self.stack, self.picker, self.url = stack, picker, url
+    def __init__(self, variant: str, stack, picker, url: str) -> None:
+        self.variant, self.stack, self.picker, self.url = variant, stack, picker, url
 
     def configure(self, **more: object) -> None:
         """The shipped configuration (the picker's objectives), and `more`."""
@@ -71,23 +78,24 @@ class Gateway:
         )
 
 
-def proxies(stack, tmp_path, picker_port: int, proxy_tls) -> tuple[str, object]:
+def proxies(variant: str, stack, tmp_path, picker_port: int, proxy_tls) -> tuple[str, object]:
+    documents, proxy_config = VARIANTS[variant]
     port, admin_port = free_port(), free_port()
     here = Here(port, admin_port, stack.options.grpc_port, picker_port, proxy_tls, stack.pki.ca)
     # No token in its environment: the proxies have none to send.
-    envoy = start_envoy(proxy_config(VARIANT, here), tmp_path, admin_port, "envoy-gateway", 1, {})
+    envoy = start_envoy(proxy_config(documents, here), tmp_path, admin_port, variant, 1, {})
     return f"http://127.0.0.1:{port}", envoy
 
 
-@pytest_asyncio.fixture
-async def gateway(tmp_path):
+@pytest_asyncio.fixture(params=list(VARIANTS))
+async def gateway(request, tmp_path):
     with stack_with_tenants(
         tmp_path, TENANTS, replicas=2, tls=True, tls_client_name=PROXY_NAME, time_scale=0.2
     ) as stack:
         async with running_picker(stack.engine_urls[1].removeprefix("http://")) as (picker, port):
-            url, envoy = proxies(stack, tmp_path, port, stack.pki.client)
+            url, envoy = proxies(request.param, stack, tmp_path, port, stack.pki.client)
             try:
-                gateway = Gateway(stack, picker, url)
+                gateway = Gateway(request.param, stack, picker, url)
                 gateway.configure()
                 yield gateway
             finally:
@@ -171,7 +179,7 @@ async def test_proxies_whose_certificate_names_another_are_refused(gateway, tmp_
     """The sidecar's own certificate is from the same CA, but does not name the proxies."""
     stack = gateway.stack
     (tmp_path / "other").mkdir()
-    url, envoy = proxies(stack, tmp_path / "other", free_port(), stack.pki.server)
+    url, envoy = proxies(gateway.variant, stack, tmp_path / "other", free_port(), stack.pki.server)
     try:
         async with aiohttp.ClientSession() as session:
             status, _, answer = await _answered(gateway.chat(session, "p0", url=url))
