@@ -204,6 +204,10 @@ class EngineConfig(Strict):
     # under its default, fcfs, vLLM 0.33 accepts a priority and silently ignores it (the
     # sidecar warns when pods' reporters say fcfs or nothing).
     send_priority: bool = False
+    # The engines run with --enable-force-include-usage: every stream carries its usage
+    # (in every chunk) unasked. Otherwise the sidecar asks for it on every stream whose
+    # output it settles, and Envoy takes back out what the client did not ask for.
+    force_include_usage: bool = False
 
 
 ObjectiveName = Annotated[str, Field(min_length=1)]

@@ -199,6 +199,49 @@ async def test_streamed_chunks_have_the_same_fields(idle_engine, mock, path, mak
     assert mock_chunks[-1]["usage"]["completion_tokens"] == 12
 
 
+def layout(value: Any) -> Any:
+    """A JSON value's structure with its keys in the order sent (the gateway edits
+    streams in place: the order is part of the bytes)."""
+    if isinstance(value, dict):
+        return [(key, layout(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [layout(item) for item in value]
+    return type(value).__name__
+
+
+# What a stream may ask of its usage, and of its chunks' sizes.
+STREAM_OPTIONS = {
+    "none": {},
+    "final": {"stream_options": {"include_usage": True}},
+    "running": {"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+    "interval": {
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_interval": 5,
+    },
+}
+
+
+@pytest.mark.parametrize("options", list(STREAM_OPTIONS))
+@pytest.mark.parametrize("path, make", ROUTES[:2])
+async def test_streams_carry_the_same_chunks_in_the_same_order(
+    idle_engine, mock, path, make, options
+):
+    """Chunk for chunk (their count, keys in order, types): the running usage where it is
+    asked for, the closing usage chunk, the build's fingerprint on the last choice chunk
+    when no usage chunk follows, `stream_interval` tokens a chunk."""
+    extra = {"stream": True, "ignore_eos": True, **STREAM_OPTIONS[options]}
+    real = await post(idle_engine.url, path, make(idle_engine, **extra))
+    mocked = await post(mock.url, path, make(mock, **extra))
+    assert real[0] == mocked[0] == 200
+    assert [layout(chunk) for chunk in mocked[2]] == [layout(chunk) for chunk in real[2]]
+    if "continuous_usage_stats" in str(extra):  # the same running counts, chunk for chunk
+
+        def running(chunks: list[dict]) -> list[int]:
+            return [c["usage"]["completion_tokens"] for c in chunks if c.get("choices")]
+
+        assert running(mocked[2]) == running(real[2])
+
+
 ANSWERS = 3
 
 

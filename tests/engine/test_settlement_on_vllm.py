@@ -1,22 +1,22 @@
 """Output settled from the real engine's answers: whole and streamed answers settle from
-vLLM's usage when it sends one and by the stream's size when not; a stream its client
-leaves is aborted by vLLM (its KV freed, its metrics say so) and gives its slot back."""
+vLLM's usage, which the gateway asks of every stream whatever its client asked (and takes
+back out of the client's stream), however many tokens a chunk carries; a stream its
+client leaves is aborted by vLLM (its KV freed, its metrics say so), settled from vLLM's
+running count, and gives its slot back."""
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 
 from tests.engine.engine_client import until
 from tests.engine.stacks import LOAD_SOURCES, stack_in_front
-from tests.integration.helpers import chat_exchange, p1_in_flight, settlement_counts
+from tests.integration.helpers import chat_exchange, normalised, p1_in_flight, settlement_counts
 
 pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
 
 KEY = "vllm-settle-p1"
 ANSWER_TOKENS = 120  # the tiny model never ends early: every answer is this long
-# The size estimate takes a token's text as 4.2 bytes; the tiny model's noise is longer
-# or shorter than real text.
-ESTIMATE_TOLERANCE = 0.25
 
 
 @pytest.fixture(params=LOAD_SOURCES)
@@ -57,11 +57,27 @@ async def test_whole_and_streamed_answers_settle_from_vllm_s_usage(settle_stack,
         estimated,
     )
 
-    # Without include_usage, vLLM sends none: the stream's size is the estimate.
-    assert await chat_exchange(settle_stack.envoy_url, KEY, body(idle_engine, stream=True)) is None
-    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled by estimate")
-    guess = settlement_counts(settle_stack)[2] - estimated
-    assert abs(guess - ANSWER_TOKENS) <= ESTIMATE_TOLERANCE * ANSWER_TOKENS, guess
+    # Without include_usage, and with several tokens a chunk: settled from vLLM's count
+    # all the same, and the client's stream as vLLM sends it for the client's request.
+    for interval in (1, 7):
+        sent = {**body(idle_engine, stream=True), "stream_interval": interval}
+        before = settlement_counts(settle_stack)[1]
+        through = await raw_stream(settle_stack.envoy_url, sent, KEY)
+        await until(
+            lambda b=before: settlement_counts(settle_stack)[1] == b + ANSWER_TOKENS, 30, "exact"
+        )
+        assert normalised(through) == normalised(await raw_stream(idle_engine.url, sent, None))
+    assert settlement_counts(settle_stack)[2] == estimated
+
+
+async def raw_stream(url: str, sent: dict, key: str | None) -> bytes:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/v1/chat/completions", json=sent, headers=headers) as response,
+    ):
+        assert response.status == 200
+        return await response.read()
 
 
 @pytest.mark.timeout(600)
@@ -76,12 +92,12 @@ async def test_every_choice_of_an_n_answer_is_settled(settle_stack, idle_engine)
     await until(lambda: settlement_counts(settle_stack)[1] == exact + settled, 30, "settled")
     assert settlement_counts(settle_stack) == (reserved + settled, exact + settled, estimated)
 
-    # Streamed without its usage: every choice's chunks are sized.
+    # Streamed without its usage: settled from vLLM's closing usage all the same.
     asked = {**body(idle_engine, stream=True), "n": answers}
     assert await chat_exchange(settle_stack.envoy_url, KEY, asked) is None
-    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled by estimate")
-    guess = settlement_counts(settle_stack)[2] - estimated
-    assert abs(guess - answers * ANSWER_TOKENS) <= ESTIMATE_TOLERANCE * answers * ANSWER_TOKENS
+    total = settled + answers * ANSWER_TOKENS
+    await until(lambda: settlement_counts(settle_stack)[1] == exact + total, 30, "settled")
+    assert settlement_counts(settle_stack)[2] == estimated
 
 
 @pytest.mark.timeout(600)
@@ -93,10 +109,11 @@ async def test_a_stream_its_client_leaves_frees_the_engine_and_its_slot(settle_s
     assert await chat_exchange(settle_stack.envoy_url, KEY, long_answer, leave_after=5) is None
     await until(engine.idle, 60, "aborted")
     await until(lambda: p1_in_flight(settle_stack) == 0, 30, "the slot given back")
-    await until(lambda: settlement_counts(settle_stack)[2] > estimated, 30, "settled")
+    await until(lambda: settlement_counts(settle_stack)[1] > exact, 30, "settled")
     now_reserved, now_exact, now_estimated = settlement_counts(settle_stack)
     assert now_reserved == reserved + long_answer["max_tokens"]
-    assert now_exact == exact  # no usage came: charged what it was sent
+    assert now_estimated == estimated
     made = engine.metric("vllm:generation_tokens_total") - generated
-    assert 0 < now_estimated - estimated < long_answer["max_tokens"]
+    # vLLM's running count when the client left, what it had sent by then.
+    assert 0 < now_exact - exact <= made
     assert made < long_answer["max_tokens"]  # vLLM stopped when the client left

@@ -29,6 +29,7 @@ from sidecar.request.policy.engine import (
     engine_fields,
 )
 from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND, inference_headers
+from sidecar.request.policy.stream_usage import READ, usage_ask
 from sidecar.request.policy.tags import (
     INTERNAL_PREFIX,
     LOGGED_HEADERS,
@@ -37,7 +38,6 @@ from sidecar.request.policy.tags import (
     SLOT_HEADER,
     TENANT_HEADER,
     TIER_HEADER,
-    USAGE_HEADER,
 )
 from sidecar.request.queueing.waiting import Turn
 
@@ -46,7 +46,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
     """Sent upstream to the pool that took it, tagged and scheduled by its tier."""
     place = budgeted.place
     asked = place.asked
-    engine = _engine(place)
+    engine, usage = _engine(place)
     tags = dict(engine.headers)
     if turn.slot:
         waited_ms = f"{(turn.waited or 0.0) * 1000:.0f}"
@@ -57,7 +57,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
     extension = asked.snapshot.config.inference_extension
     tags |= inference_headers(extension, identity.tier.value, identity.tenant_label)
     upstream = tagged(asked.view, identity.tier.value, identity.tenant_label, engine.body, tags)
-    upstream = dataclasses.replace(upstream, slot=turn.slot or "")
+    upstream = dataclasses.replace(upstream, slot=turn.slot or "", usage=usage)
     record = Admission(
         budgeted.reason,
         identity.tier.value,
@@ -122,21 +122,36 @@ def tagged(
     return Upstream(tags, tuple(stripped), replacement, reroute=POOL_HEADER in tags)
 
 
-def _engine(place: Placement) -> EngineFields:
+def _engine(place: Placement) -> tuple[EngineFields, str]:
     """The body and headers vLLM schedules by (the tier's priority, never the client's),
-    and with pools configured the pool Envoy routes the request to."""
+    with pools configured the pool Envoy routes the request to, and for a stream whose
+    output is settled the usage asked of the engine and what Envoy does with it ("" for
+    nothing)."""
     parsed = place.asked.parsed
+    config = place.asked.snapshot.config
+    body = place.body if place.body is not None else parsed.body
     changed = place.body is not None
+    usage_mode = ""
+    if place.reservation is not None and parsed.stream:
+        if parsed.stream_usage is not None:
+            ask = usage_ask(
+                parsed.stream_usage,
+                body.get("stream_options"),
+                parsed.shape.choices,
+                config.engine.force_include_usage,
+            )
+            if ask.stream_options is not None:
+                body, changed = {**body, "stream_options": ask.stream_options}, True
+            usage_mode = ask.mode
+        elif parsed.usage_in_stream:  # the Responses and Messages streams close with it
+            usage_mode = READ
     fields = engine_fields(
-        (place.body if changed else parsed.body) if parsed.json_body else None,
+        body if parsed.json_body else None,
         changed,
-        place.asked.snapshot.config.engine.send_priority,
+        config.engine.send_priority,
         place.settings.vllm_priority,
         parsed.body_priority,
     )
     if place.pool.name != DEFAULT_POOL:
         fields.headers[POOL_HEADER] = place.pool.name
-    if place.reservation is not None and parsed.stream and parsed.usage_in_stream:
-        # Envoy reads this stream's usage chunk as it passes (envoy.yaml's Lua filter).
-        fields.headers[USAGE_HEADER] = "1"
-    return fields
+    return fields, usage_mode

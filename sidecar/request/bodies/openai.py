@@ -20,6 +20,7 @@ from sidecar.request.bodies.parsed import (
     ParsedRequest,
     Prompt,
     ResponseShape,
+    StreamUsage,
     TextForm,
 )
 from sidecar.request.bodies.parts import Collected
@@ -139,8 +140,8 @@ def _parsed(
         if requested is not None:
             break
     stream = body.get("stream") is True
-    options = body.get("stream_options")
-    include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
+    stream_usage = StreamUsage.asked(body.get("stream_options")) if stream else None
+    include_usage = stream_usage is not None and stream_usage.final
     shape = ResponseShape(
         text=TextForm.CHAT if chat else TextForm.COMPLETION,
         stream=stream,
@@ -161,6 +162,7 @@ def _parsed(
         ),
         OutputLimit(fields, requested, ("max_tokens",), answers),
         usage_in_stream=include_usage,
+        stream_usage=stream_usage,
         prompt_param="messages" if chat else "prompt",
     )
 

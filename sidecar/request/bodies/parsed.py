@@ -89,6 +89,22 @@ class ResponseShape:
 
 
 @dataclass(frozen=True)
+class StreamUsage:
+    """The usage an OpenAI stream carries, as its `stream_options` ask: a closing chunk
+    of the whole answer's, and with it a running count in every chunk (vLLM gives the
+    running count only with the closing one)."""
+
+    final: bool = False
+    continuous: bool = False
+
+    @classmethod
+    def asked(cls, options: object) -> StreamUsage:
+        if not isinstance(options, dict) or options.get("include_usage") is not True:
+            return cls()
+        return cls(final=True, continuous=options.get("continuous_usage_stats") is True)
+
+
+@dataclass(frozen=True)
 class ParsedRequest:
     kind: RouteKind
     body: dict[str, Any]
@@ -97,6 +113,9 @@ class ParsedRequest:
     output: OutputLimit | None  # None: the route generates no text (embeddings...)
     # The answer's usage can be read as it passes (a stream that ends with its usage).
     usage_in_stream: bool = False
+    # An OpenAI stream (chat, completions): the usage its client asked for, which the
+    # gateway may ask more of and take back out (None: another API, or not a stream).
+    stream_usage: StreamUsage | None = None
     prompt_param: str = "messages"  # the field a too-long prompt is blamed on
     json_body: bool = True  # else the body is forwarded as it came (a multipart upload)
     body_priority: bool = True  # the API's body takes vLLM's `priority`

@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
 from sidecar.request.policy.decision import Respond, Upstream
-from sidecar.request.policy.tags import EXCHANGE_NAMESPACE, SLOT_KEY
+from sidecar.request.policy.tags import EXCHANGE_NAMESPACE, SLOT_KEY, USAGE_KEY
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
@@ -77,9 +77,12 @@ def admit_message(kind: str, upstream: Upstream) -> ext_proc.ProcessingResponse:
         fill_mutation(common.header_mutation, set_headers, upstream.remove_headers)
         # Envoy picked the route before asking us; a header it routes on has changed.
         common.clear_route_cache = upstream.reroute
-    if upstream.slot:
+    if upstream.slot or upstream.usage:
         exchange = message.dynamic_metadata.fields[EXCHANGE_NAMESPACE].struct_value
-        exchange.fields[SLOT_KEY].string_value = upstream.slot
+        if upstream.slot:
+            exchange.fields[SLOT_KEY].string_value = upstream.slot
+        if upstream.usage:
+            exchange.fields[USAGE_KEY].string_value = upstream.usage
     return message
 
 

@@ -46,6 +46,7 @@ class Upstream:
     replace_body: bytes | None = None
     reroute: bool = False  # the headers set choose the route: Envoy must choose it again
     slot: str = ""  # the slot it holds, for the access log to name (tags.EXCHANGE_NAMESPACE)
+    usage: str = ""  # what Envoy does with its stream's usage (policy/stream_usage.py)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ TENANT_HEADER = "x-qos-tenant"
 EXCHANGE_NAMESPACE = "qos.exchange"
 # The slot an admission holds, given back when the access log names it (in metadata).
 SLOT_KEY = "slot"
+# What Envoy's Lua filter does with a stream's usage (policy/stream_usage.py), in the
+# same metadata: engines never see it.
+USAGE_KEY = "usage"
 # The header earlier versions sent it in: stripped from clients' requests still.
 SLOT_HEADER = "x-qos-slot"
 QUEUE_WAIT_HEADER = "x-qos-queue-wait-ms"
 # Envoy routes on it to the cluster named after the pool (route cluster_header); set by
 # the sidecar only, for every pool but the default one, whose cluster is Envoy's fallback.
 POOL_HEADER = "x-qos-pool"
-# Marks a stream whose usage Envoy is to read for its settlement.
-USAGE_HEADER = "x-qos-usage"
 # What the sidecar asks Envoy to log of each request (additional_request_headers_to_log).
 LOGGED_HEADERS = (TIER_HEADER, TENANT_HEADER, QUEUE_WAIT_HEADER)

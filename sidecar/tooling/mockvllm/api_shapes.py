@@ -95,7 +95,7 @@ class ResponsesShaper:
             + self._event("response.content_part.added", **self._at(), part=_output_text("", []))
         )
 
-    def token(self, text: str, finish: str | None) -> bytes:
+    def token(self, text: str, finish: str | None, generated: int = 0) -> bytes:
         self._text.append(text)
         at = self._at()
         return self._event("response.output_text.delta", **at, delta=text, logprobs=[])
@@ -175,7 +175,7 @@ class MessagesShaper:
             {"type": "content_block_start", **block}, "content_block_start"
         )
 
-    def token(self, text: str, finish: str | None) -> bytes:
+    def token(self, text: str, finish: str | None, generated: int = 0) -> bytes:
         delta = {
             "type": "content_block_delta",
             "delta": {"type": "text_delta", "text": text},

@@ -11,6 +11,7 @@ from aiohttp import web
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.tooling.mockvllm.engine import Sequence
 from sidecar.tooling.mockvllm.openai_shapes import SSE_DONE, ResponseShaper, usage
+from sidecar.tooling.mockvllm.streaming import pieces
 
 
 async def answer(
@@ -19,9 +20,10 @@ async def answer(
     shaper: ResponseShaper,
     parsed: ParsedRequest,
     seen: dict[str, str],
+    interval: int = 1,
 ) -> web.StreamResponse:
     if parsed.stream:
-        return await _stream(request, sequences, shaper, parsed.usage_in_stream, seen)
+        return await _stream(request, sequences, shaper, parsed.usage_in_stream, seen, interval)
     texts = await asyncio.gather(*(_text(sequence) for sequence in sequences))
     answers = [(text, s.finish_reason or "stop") for text, s in zip(texts, sequences, strict=True)]
     body = shaper.complete_many(answers, _usage(sequences))
@@ -45,32 +47,32 @@ async def _stream(
     shaper: ResponseShaper,
     include_usage: bool,
     seen: dict[str, str],
+    interval: int,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **seen}
     )
     await response.prepare(request)
-    tokens: asyncio.Queue[tuple[int, str | None, str | None]] = asyncio.Queue()
+    tokens: asyncio.Queue[tuple[int, str | None, str | None, int]] = asyncio.Queue()
 
     async def pump(index: int, sequence: Sequence) -> None:
-        while (token := await sequence.output.get()) is not None:
-            last = sequence.finished and sequence.output.qsize() == 1
-            await tokens.put((index, token, sequence.finish_reason if last else None))
-        await tokens.put((index, None, None))
+        async for text, finish, generated in pieces(sequence, interval):
+            await tokens.put((index, text, finish, generated))
+        await tokens.put((index, None, None, 0))
 
     pumps = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(sequences)]
     try:
         opened: set[int] = set()
         ended = 0
         while ended < len(sequences):
-            index, token, finish = await tokens.get()
-            if token is None:
+            index, text, finish, generated = await tokens.get()
+            if text is None:
                 ended += 1
                 continue
             if index not in opened and shaper.first_bytes():  # a chat choice's opening
                 await response.write(shaper.chunk(None, first=True, index=index))
             opened.add(index)
-            await response.write(shaper.chunk(token, finish, index=index))
+            await response.write(shaper.chunk(text, finish, index=index, generated=generated))
         if include_usage:
             await response.write(shaper.usage_chunk(_usage(sequences)))
         await response.write(SSE_DONE)

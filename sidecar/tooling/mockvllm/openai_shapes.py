@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from sidecar.request.bodies.parsed import StreamUsage
 from sidecar.routes.kinds import RouteKind
 
 # vLLM names its build here; the version the mock's shapes are checked against
@@ -22,14 +23,27 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+NO_STREAM_USAGE = StreamUsage()
+
+
 class ResponseShaper:
     """Builds one request's response objects: whole, or as SSE chunks, field for field
     as vLLM 0.32 writes them (every field it sends, null ones included, in its order:
     a stream's size is how its tokens are estimated when it carries no usage)."""
 
-    def __init__(self, kind: RouteKind, model: str) -> None:
+    def __init__(
+        self,
+        kind: RouteKind,
+        model: str,
+        stream_usage: StreamUsage = NO_STREAM_USAGE,
+        prompt_tokens: int = 0,
+    ) -> None:
         self.kind = kind
         self.model = model
+        # A stream's usage, as its stream_options asked: a running count in every chunk
+        # (continuous), the closing chunk (final).
+        self.stream_usage = stream_usage
+        self.prompt_tokens = prompt_tokens
         prefix = "chatcmpl" if kind is RouteKind.CHAT else "cmpl"
         # vLLM's ids: the prefix and 16 hex digits.
         self.id = f"{prefix}-{uuid.uuid4().hex[:16]}"
@@ -99,8 +113,11 @@ class ResponseShaper:
         *,
         first: bool = False,
         index: int = 0,
+        generated: int = 0,
     ) -> bytes:
-        """One SSE chunk; like vLLM it has no usage field (that comes last, alone)."""
+        """One SSE chunk: with the running usage (`generated` tokens of this choice so
+        far) when the stream asked for it; a choice's last names vLLM's build (its
+        fingerprint) unless the closing usage chunk comes to do it."""
         if self.kind is RouteKind.CHAT:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
             if text is not None:
@@ -116,6 +133,7 @@ class ResponseShaper:
             if not first:
                 choice["token_ids"] = None
             body = self._envelope("chat.completion.chunk", [choice])
+            self._running(body, finish_reason, 0 if first else generated)
             if first:
                 body.update(prompt_token_ids=None, prompt_text=None)
         else:
@@ -129,15 +147,26 @@ class ResponseShaper:
                 "token_ids": None,
             }
             body = self._envelope("text_completion", [choice])
+            self._running(body, finish_reason, generated)
         return sse(body)
 
+    def _running(self, body: dict[str, Any], finish_reason: str | None, generated: int) -> None:
+        if self.stream_usage.continuous:  # vLLM's chat chunks name the details, as null
+            running: dict[str, Any] = usage(self.prompt_tokens, generated)
+            if self.kind is RouteKind.CHAT:
+                running["completion_tokens_details"] = None
+            body["usage"] = running
+        if finish_reason is not None and not self.stream_usage.final:
+            body["system_fingerprint"] = SYSTEM_FINGERPRINT
+
     # The stream, as the server writes it: the opening before the first token, a chunk a
-    # token, and the close (usage when asked for, then [DONE]).
+    # token (or `stream_interval` of them), and the close (usage when asked for, then
+    # [DONE]).
     def first_bytes(self) -> bytes:
         return self.chunk(None, first=True) if self.kind is RouteKind.CHAT else b""
 
-    def token(self, text: str, finish: str | None) -> bytes:
-        return self.chunk(text, finish)
+    def token(self, text: str, finish: str | None, generated: int = 0) -> bytes:
+        return self.chunk(text, finish, generated=generated)
 
     def last_bytes(self, tokens: dict[str, int], include_usage: bool, finish: str) -> bytes:
         return (self.usage_chunk(tokens) if include_usage else b"") + SSE_DONE

@@ -29,7 +29,13 @@ from sidecar.tooling.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
 from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
 from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
 from sidecar.tooling.mockvllm.metrics import EngineCollector, LatencyMetrics
-from sidecar.tooling.mockvllm.openai_shapes import ResponseShaper, error_body, usage
+from sidecar.tooling.mockvllm.openai_shapes import (
+    NO_STREAM_USAGE,
+    ResponseShaper,
+    error_body,
+    usage,
+)
+from sidecar.tooling.mockvllm.streaming import pieces
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +77,9 @@ class Settings:
         True, None, "prefill long prompts a chunk per step beside the decode (vLLM's default)"
     )
     max_num_batched_tokens: int = setting(2048, None, "tokens one step schedules (chunked)")
+    stream_interval: int = setting(
+        1, None, "tokens a streamed chunk carries, at least (vLLM's --stream-interval)"
+    )
     time_scale: float = setting(1.0, "MOCK_VLLM_TIME_SCALE", "multiplies every duration")
     seed: int = setting(0, "MOCK_VLLM_SEED", "seed of the answers' lengths and words")
     log_level: str = setting("INFO", "MOCK_VLLM_LOG_LEVEL", "log level")
@@ -150,7 +159,7 @@ class Shaper(Protocol):
 
     def complete(self, text: str, finish_reason: str, tokens: dict[str, int]) -> dict: ...
     def first_bytes(self) -> bytes: ...
-    def token(self, text: str, finish: str | None) -> bytes: ...
+    def token(self, text: str, finish: str | None, generated: int = 0) -> bytes: ...
     def last_bytes(self, tokens: dict[str, int], include_usage: bool, finish: str) -> bytes: ...
 
 
@@ -233,6 +242,9 @@ class MockVllm:
         priority = body.get("priority", 0)
         if not isinstance(priority, int):
             return _error(400, "priority must be an integer.", "priority")
+        interval = body.get("stream_interval")
+        if interval is not None and (not isinstance(interval, int) or interval < 1):
+            return _error(400, "stream_interval must be at least 1.", "stream_interval")
         priority = header_priority(request.headers, priority)
         generating = parsed.kind in GENERATING
         max_tokens = parsed.output.requested if parsed.output is not None else None
@@ -263,10 +275,13 @@ class MockVllm:
             if not generating:
                 return await self._embeddings(parsed, sequence, seen)
             shaper = self._shaper(parsed, tokens_in)
+            interval = max(body.get("stream_interval") or 1, self.settings.stream_interval)
             if len(sequences) > 1 and isinstance(shaper, ResponseShaper):
-                return await choices.answer(request, sequences, shaper, parsed, seen)
+                return await choices.answer(request, sequences, shaper, parsed, seen, interval)
             if parsed.stream:
-                return await self._stream(request, sequence, shaper, parsed.usage_in_stream, seen)
+                return await self._stream(
+                    request, sequence, shaper, parsed.usage_in_stream, seen, interval
+                )
             response = await self._whole(sequence, shaper)
             response.headers.update(seen)
             return response
@@ -281,7 +296,8 @@ class MockVllm:
         if parsed.kind is RouteKind.MESSAGES:
             return MessagesShaper(model, tokens_in)
         chat = parsed.kind is RouteKind.CHAT
-        return ResponseShaper(RouteKind.CHAT if chat else RouteKind.COMPLETIONS, model)
+        kind = RouteKind.CHAT if chat else RouteKind.COMPLETIONS
+        return ResponseShaper(kind, model, parsed.stream_usage or NO_STREAM_USAGE, tokens_in)
 
     async def _embeddings(
         self, parsed: ParsedRequest, sequence: Sequence, seen: dict[str, str]
@@ -321,6 +337,7 @@ class MockVllm:
         shaper: Shaper,
         include_usage: bool,
         extra_headers: dict[str, str],
+        interval: int,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
@@ -331,14 +348,11 @@ class MockVllm:
         )
         await response.prepare(request)  # headers go out at once, as uvicorn sends them
         started = False
-        while (token := await sequence.output.get()) is not None:
+        async for text, finish, generated in pieces(sequence, interval):
             if not started:  # like vLLM: the opening comes with the first token
                 await response.write(shaper.first_bytes())
                 started = True
-            # The engine queues a sequence's last token and its end marker together, so
-            # the last token is known when only the marker is left behind it.
-            last = sequence.finished and sequence.output.qsize() == 1
-            await response.write(shaper.token(token, sequence.finish_reason if last else None))
+            await response.write(shaper.token(text, finish, generated))
         if not started:
             await response.write(shaper.first_bytes())
         tokens = usage(sequence.prompt_tokens, sequence.generated)

@@ -19,12 +19,12 @@ ENVOY_DIR = Path(__file__).resolve().parents[3] / "envoy"  # in a checkout
 LOCAL_CONFIG = Path(__file__).parent / "envoy.yaml"
 # The HTTP filters QoS adds, in their order: the one that lifts a whole answer's usage
 # for settlement (it only reads responses), the one that drops clients' engine headers,
-# ext_proc, and the one that reads a marked stream's usage.
+# the one that reads (and edits) a marked stream's usage, and ext_proc.
 QOS_FILTERS = (
     "envoy.filters.http.json_to_metadata",
     "envoy.filters.http.header_mutation",
-    "envoy.filters.http.ext_proc",
     "envoy.filters.http.lua",
+    "envoy.filters.http.ext_proc",
 )
 
 
