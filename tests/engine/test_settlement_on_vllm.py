@@ -6,12 +6,21 @@ running count, and gives its slot back."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import aiohttp
 import pytest
 
 from tests.engine.engine_client import until
 from tests.engine.stacks import LOAD_SOURCES, stack_in_front
-from tests.integration.helpers import chat_exchange, normalised, p1_in_flight, settlement_counts
+from tests.integration.helpers import (
+    chat_exchange,
+    normalised,
+    p1_in_flight,
+    settled,
+    settlement_counts,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
 
@@ -117,3 +126,37 @@ async def test_a_stream_its_client_leaves_frees_the_engine_and_its_slot(settle_s
     # vLLM's running count when the client left, what it had sent by then.
     assert 0 < now_exact - exact <= made
     assert made < long_answer["max_tokens"]  # vLLM stopped when the client left
+
+
+@pytest.mark.timeout(600)
+async def test_a_whole_answer_its_client_leaves_stops_vllm_and_is_charged_in_full(
+    settle_stack, idle_engine
+):
+    engine = idle_engine
+    generated = engine.metric("vllm:generation_tokens_total")
+    abandoned = settled(settle_stack, "abandoned")
+    long_answer = {**body(engine, stream=False), "max_tokens": engine.settings.max_model_len - 100}
+    asked = long_answer["max_tokens"]
+
+    async def ask() -> None:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{settle_stack.envoy_url}/v1/chat/completions",
+                json=long_answer,
+                headers={"Authorization": f"Bearer {KEY}"},
+            ) as answer,
+        ):
+            await answer.read()
+
+    asking = asyncio.ensure_future(ask())
+    made = lambda: engine.metric("vllm:generation_tokens_total") - generated  # noqa: E731
+    await until(lambda: made() >= asked / 5, 120, "a fifth made")
+    asking.cancel()  # the client leaves: its connection closes
+    left_at = time.monotonic()
+    await until(lambda: engine.requests() == (0, 0), 30, "vLLM stopped")
+    assert time.monotonic() - left_at < 1.0
+    assert made() < asked
+    await until(lambda: settled(settle_stack, "abandoned") > abandoned, 30, "settled")
+    # Charged all it asked for: never less than vLLM made before the disconnect reached it.
+    assert settled(settle_stack, "abandoned") - abandoned == asked >= made()

@@ -278,6 +278,13 @@ async def flood(
     return usages
 
 
+def settled(stack: Stack, source: str, tier: str = "p1") -> float:
+    """A tier's output tokens settled so far from this source (usage, estimate, abandoned)."""
+    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
+    key = f'qos_output_settled_tokens_total{{source="{source}",tier="{tier}"}}'
+    return samples.get(key, 0.0)
+
+
 def settlement_counts(stack: Stack) -> tuple[float, float, float]:
     """P1's output tokens reserved, settled from usage and settled by estimate, so far."""
     samples = scrape(f"{stack.sidecar_admin_url}/metrics")

@@ -17,6 +17,7 @@ from tests.integration.helpers import (
     flood,
     p1_in_flight,
     scrape,
+    settled,
     settlement_counts,
     stack_with_tenants,
     wait_until,
@@ -66,9 +67,8 @@ async def test_short_prompts_with_long_answers_are_held_to_the_tenant_s_rate(set
     # Its rate over the run, and the bucket's burst at the start.
     expected = RATE * (seconds + BURST_SECONDS)
     assert abs(served - expected) / expected < 0.10, (served, expected, len(usages))
-    samples = scrape(f"{settle_stack.sidecar_admin_url}/metrics")
-    settled = samples['qos_output_settled_tokens_total{source="usage",tier="p1"}']
-    assert settled >= 2_000 * (len(usages) - 8)  # exact, from the answers' usage
+    exact = settled(settle_stack, "usage")
+    assert exact >= 2_000 * (len(usages) - 8)  # exact, from the answers' usage
 
 
 async def test_a_p0_tenant_is_still_charged_its_prompts_only(settle_stack):
@@ -114,11 +114,6 @@ async def stream_usage(url: str, include_usage: bool, n: int = 1) -> dict | None
             if line.startswith(b"data: {") and b'"usage":{' in line:
                 usage = json.loads(line[6:])["usage"]
     return usage
-
-
-def settled(stack, source: str) -> float:
-    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
-    return samples.get(f'qos_output_settled_tokens_total{{source="{source}",tier="p1"}}', 0.0)
 
 
 async def test_a_stream_is_settled_from_the_engines_usage_whether_its_client_asked_or_not(

@@ -11,7 +11,7 @@ import json
 import aiohttp
 import pytest
 
-from tests.integration.helpers import normalised, scrape, stack_with_tenants, wait_until
+from tests.integration.helpers import normalised, scrape, settled, stack_with_tenants, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -55,16 +55,6 @@ async def streamed(url: str, sent: dict, key: str | None = KEY) -> bytes:
         return await response.read()
 
 
-def settled(stack) -> float:
-    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
-    return samples.get('qos_output_settled_tokens_total{source="usage",tier="p1"}', 0.0)
-
-
-def estimated(stack) -> float:
-    samples = scrape(f"{stack.sidecar_admin_url}/metrics")
-    return samples.get('qos_output_settled_tokens_total{source="estimate",tier="p1"}', 0.0)
-
-
 CLIENT_ASKS = {
     "no usage": None,
     "closing usage": {"include_usage": True},
@@ -78,12 +68,12 @@ CLIENT_ASKS = {
 @pytest.mark.timeout(120)
 async def test_settled_from_the_engines_count_and_the_stream_as_asked(stack, interval, asked):
     await wait_until(lambda: _in_flight(stack) == 0, what="earlier exchanges ended")
-    before, guessed = settled(stack), estimated(stack)
+    before, guessed = settled(stack, "usage"), settled(stack, "estimate")
     sent = body(interval, CLIENT_ASKS[asked])
     through = await streamed(stack.envoy_url, sent)
-    await wait_until(lambda: settled(stack) > before, what="settled")
-    assert settled(stack) - before == TOKENS  # the engine's count, every token
-    assert estimated(stack) == guessed
+    await wait_until(lambda: settled(stack, "usage") > before, what="settled")
+    assert settled(stack, "usage") - before == TOKENS  # the engine's count, every token
+    assert settled(stack, "estimate") == guessed
     # What the engine sends for the client's own request, straight from it.
     direct = await streamed(stack.engine_urls[0], sent, key=None)
     assert normalised(through) == normalised(direct)
@@ -95,11 +85,11 @@ async def test_settled_from_the_engines_count_and_the_stream_as_asked(stack, int
 @pytest.mark.timeout(120)
 async def test_several_choices_are_settled_together_and_streamed_as_asked(stack):
     await wait_until(lambda: _in_flight(stack) == 0, what="earlier exchanges ended")
-    before = settled(stack)
+    before = settled(stack, "usage")
     sent = body(8, None, n=4)
     through = await streamed(stack.envoy_url, sent)
-    await wait_until(lambda: settled(stack) > before, what="settled")
-    assert settled(stack) - before == TOKENS
+    await wait_until(lambda: settled(stack, "usage") > before, what="settled")
+    assert settled(stack, "usage") - before == TOKENS
     direct = await streamed(stack.engine_urls[0], sent, key=None)
     assert normalised(through) == normalised(direct)
     closing = [e for e in through.split(b"\n\n") if b'"usage":' in e]

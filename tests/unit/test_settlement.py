@@ -16,10 +16,11 @@ def reservation(charge: Charge = CHARGE, sized: bool = True) -> Reservation:
     return Reservation(charge, (), True, "m", "default", Tier.P1, sized=sized)
 
 
-def end(prompt: int | None = None, completion: int | None = None, size: int = 0) -> ExchangeEnd:
-    return ExchangeEnd(
-        "slot", "p1", 200, accesslog_pb2.ResponseFlags(), None, None, prompt, completion, size
-    )
+def end(
+    prompt: int | None = None, completion: int | None = None, size: int = 0, left: bool = False
+) -> ExchangeEnd:
+    flags = accesslog_pb2.ResponseFlags(downstream_connection_termination=left)
+    return ExchangeEnd("slot", "p1", 200, flags, None, None, prompt, completion, size)
 
 
 def test_a_whole_answer_is_settled_from_its_usage():
@@ -30,7 +31,16 @@ def test_a_whole_answer_is_settled_from_its_usage():
 
 
 def test_a_whole_answer_without_usage_keeps_its_reservation():
-    assert settle(False, reservation(), end()) is None
+    assert settle(False, reservation(), end()) is None  # the engine failed it
+
+
+def test_a_whole_answer_its_client_left_pays_all_it_asked_for_beyond_its_reservation():
+    held = Charge(
+        prompt_tokens=20, expected_output=4000, weight=1.0, output_weight=1.0, ceiling=1250
+    )
+    settled = settle(False, reservation(held), end(left=True))
+    assert (settled.output, settled.source) == (4000, "abandoned")
+    assert settled.difference == (20 + 4000) - 1250  # owed: all it may have made
 
 
 def test_a_stream_without_usage_is_estimated_from_its_size_and_one_with_it_measures_that():

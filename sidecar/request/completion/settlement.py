@@ -1,14 +1,20 @@
 """An ended exchange's real cost against what it reserved. Pure.
 
-Exact from the answer's usage (Envoy lifted it into the access-log entry), estimated from
-a stream's size otherwise (sidecar/request/completion/usage.py). A whole answer whose usage never
-came (the client left) keeps its reservation: the GPU may have done the work. An answer
-with no output (embeddings) is settled from its prompt's count alone.
+Exact from the answer's usage (Envoy lifted it into the access-log entry: a stream's
+running count when its client left early), estimated from a stream's size otherwise
+(sidecar/request/completion/usage.py). A whole answer its client left before it came
+gives no count: the engine may have made all it asked for before the disconnect reached
+it, so it is charged that, its whole output, never less than it made (the reservation may
+be less, held to the buckets' burst). Another whole answer without usage (the engine
+failed it) keeps its reservation. An answer with no output (embeddings) is settled from
+its prompt's count alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from envoy.data.accesslog.v3 import accesslog_pb2
 
 from sidecar.request.completion.access_log import ExchangeEnd
 from sidecar.request.completion.usage import streamed_output_tokens
@@ -18,7 +24,7 @@ from sidecar.request.policy.cost import Reservation
 @dataclass(frozen=True)
 class Settlement:
     output: int  # the answer's output tokens
-    source: str  # "usage" or "estimate"
+    source: str  # "usage", "estimate" or "abandoned" (a whole answer its client left)
     difference: float  # real cost minus the reservation: positive is owed
     # A stream that carried its usage says how far the size's estimate would be off:
     # (estimate - real) / real; None when there is nothing to compare.
@@ -34,10 +40,17 @@ def settle(stream: bool, reservation: Reservation, end: ExchangeEnd) -> Settleme
         guess = streamed_output_tokens(end.response_body_bytes, reservation.chat, reservation.model)
     error = None
     if output is None:
-        if guess is None:
+        if guess is not None:
+            output, source = guess, "estimate"
+        elif not stream and _client_left(end.response_flags):
+            output, source = reservation.charge.expected_output, "abandoned"
+        else:
             return None
-        output, source = guess, "estimate"
     elif guess is not None and output > 0:
         error = (guess - output) / output
     difference = reservation.charge.difference(end.prompt_tokens, output)
     return Settlement(output, source, difference, error)
+
+
+def _client_left(flags: accesslog_pb2.ResponseFlags) -> bool:
+    return bool(flags.downstream_connection_termination or flags.downstream_remote_reset)

@@ -360,8 +360,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     for tier, counts in settlement.items():
         print(
             f"{QOS}: {tier.upper()} output tokens reserved {counts['reserved']:,.0f}, "
-            f"settled {counts['usage']:,.0f} from usage and {counts['estimate']:,.0f} "
-            "estimated"
+            f"settled {counts['usage']:,.0f} from usage, {counts['estimate']:,.0f} "
+            f"estimated and {counts['abandoned']:,.0f} whole for answers their clients left"
         )
     print(f"(logs in {work})")
     timelines = {run: report.timeline(o, settings.seconds) for run, o in views.items()}
@@ -411,13 +411,13 @@ def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
     columns = {"qos_output_reserved_tokens_total": "reserved"}
     for sample in _sidecar_samples(sidecar_admin_url):
         if sample.name == "qos_output_settled_tokens_total":
-            column = sample.labels["source"]  # usage or estimate
+            column = sample.labels["source"]  # usage, estimate or abandoned
         elif sample.name in columns:
             column = columns[sample.name]
         else:
             continue
         tier = sample.labels["tier"]
-        figures.setdefault(tier, dict.fromkeys(("reserved", "usage", "estimate"), 0.0))
+        figures.setdefault(tier, dict.fromkeys(("reserved", "usage", "estimate", "abandoned"), 0.0))
         figures[tier][column] = sample.value
     return dict(sorted(figures.items()))
 
