@@ -284,3 +284,32 @@ def test_numbers_are_read_as_written():
     # Integers past 64 bits stay integers (a seed), so a rewritten body keeps them exact.
     body = parse_object(b'{"seed": 123456789012345678901234567890, "temperature": 0.1}')
     assert body == {"seed": 123456789012345678901234567890, "temperature": 0.1}
+
+
+ASKED = "Where is the parcel I ordered on Monday, and when will it arrive? " * 40
+
+
+@pytest.mark.parametrize(
+    ("path", "carried"),
+    [
+        # Fill-in-the-middle: the text after the gap.
+        ("/v1/completions", {"prompt": "x", "suffix": ASKED}),
+        # vLLM's Responses field: a conversation carried in the request (harmony messages).
+        (
+            "/v1/responses",
+            {
+                "input": "x",
+                "previous_input_messages": [
+                    {"author": {"role": "user"}, "content": [{"type": "text", "text": ASKED}]}
+                ],
+            },
+        ),
+    ],
+    ids=["suffix", "previous_input_messages"],
+)
+def test_prompt_text_in_other_fields_costs_what_the_same_text_costs_as_the_prompt(path, carried):
+    """The engine renders these into the prompt: the same text costs within 30 % of what
+    it costs as the prompt itself."""
+    plain = tokens(parse(path, {"model": "m", "prompt" if "prompt" in carried else "input": ASKED}))
+    elsewhere = tokens(parse(path, {"model": "m", **carried}))
+    assert abs(elsewhere - plain) <= 0.3 * plain, (elsewhere, plain)

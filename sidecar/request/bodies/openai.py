@@ -50,6 +50,10 @@ def read_completions(body: dict[str, Any]) -> ParsedRequest:
     elif isinstance(prompt, list):
         bounded_list(prompt, "prompt", most=MAX_TOKEN_IDS)
         collected.texts.extend(p for p in prompt if isinstance(p, str))
+    # Fill-in-the-middle: the text after the gap is rendered into the prompt too.
+    suffix = body.get("suffix")
+    if isinstance(suffix, str):
+        collected.texts.append(suffix)
     # Each prompt of a list (of strings, or of token-id lists) is completed on its own.
     prompts = len(prompt) if isinstance(prompt, list) and not _is_int(prompt[0]) else 1
     fixed = token_id_prompts(prompt)

@@ -1,6 +1,7 @@
 """The OpenAI Responses API: `input` (a string or a list of items), `instructions`,
 `max_output_tokens`, `stream`, `previous_response_id` (the server adds the stored
-conversation to the prompt), `tools`. Its streams always end with their usage."""
+conversation to the prompt), `previous_input_messages` (vLLM's: a conversation carried
+in the request), `tools`. Its streams always end with their usage."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def read_responses(body: dict[str, Any]) -> ParsedRequest:
     if instructions:
         collected.texts.append(instructions)
     items = _input(body.get("input"), collected)
+    # A conversation carried in the request (harmony messages, vLLM's), prompt as well.
+    carried = bounded_list(body.get("previous_input_messages"), "previous_input_messages")
+    for message in carried:
+        collected.text_or_json(message)
+    items += len(carried)
     optional(body, "stream", bool, "a boolean")
     previous = optional(body, "previous_response_id", str, "a string")
     collected.json(optional(body, "tools", list, "an array"))
