@@ -28,7 +28,14 @@ from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import start_envoy
 from tests.integration import envoy_gateway, istio_gateway
 from tests.integration.envoy_gateway import Here
-from tests.integration.helpers import KUSTOMIZATION, built, named, stack_with_tenants, wait_until
+from tests.integration.helpers import (
+    KUSTOMIZATION,
+    built,
+    named,
+    normalised,
+    stack_with_tenants,
+    wait_until,
+)
 from tests.integration.stand_in_picker import generated, running_picker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -172,6 +179,30 @@ async def test_a_client_names_neither_its_objective_nor_its_fairness_id(gateway)
     assert not (set(CLIENT_MAY_NOT_SEND) - {OBJECTIVE_HEADER, FAIRNESS_HEADER}) & set(seen)
     # The exchange's end reached the sidecar: its slot is back.
     await wait_until(lambda: in_flight(gateway.stack) == 0, what="the slot given back")
+
+
+@pytest.mark.timeout(120)
+async def test_a_stream_reaches_its_client_as_the_engine_sends_it(gateway):
+    """Envoy Gateway's proxies have no filter to take out usage the client did not ask
+    for: the sidecar asks for none there. Istio's have ours: it asks, and takes it out."""
+    sent = {
+        "model": "mock-llm",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 40,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    async with aiohttp.ClientSession() as session:
+        headers = {"authorization": f"Bearer {KEYS['p1']}"}
+        async with session.post(
+            f"{gateway.url}/v1/chat/completions", json=sent, headers=headers
+        ) as answer:
+            through = await answer.read()
+        engine = gateway.stack.engine_urls[1]
+        async with session.post(f"{engine}/v1/chat/completions", json=sent) as answer:
+            direct = await answer.read()
+    assert b'"usage"' not in through
+    assert normalised(through) == normalised(direct)
 
 
 @pytest.mark.timeout(120)

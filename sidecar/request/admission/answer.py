@@ -133,7 +133,9 @@ def _engine(place: Placement) -> tuple[EngineFields, str]:
     changed = place.body is not None
     usage_mode = ""
     if place.reservation is not None and parsed.stream:
-        if parsed.stream_usage is not None:
+        # Asked of the engine only where Envoy's Lua filter takes out what the client
+        # did not ask for (and reads it): elsewhere the stream goes as it came.
+        if parsed.stream_usage is not None and place.asked.view.reads_usage:
             ask = usage_ask(
                 parsed.stream_usage,
                 body.get("stream_options"),

@@ -90,6 +90,7 @@ class Exchange:
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
         self.response_watched = False  # Envoy was asked for the response headers
+        self.reads_usage = False  # Envoy's Lua filter reads streamed usage
         self.decision: Decision | None = None
         self.decision_seconds: float | None = None
         # BUFFERED: the whole body in one message, decided on as it came (protobuf's
@@ -102,6 +103,8 @@ class Exchange:
         handler = _HANDLERS.get((self.phase, kind))
         if handler is None:
             raise ProtocolError(f"{kind} is not expected in phase {self.phase.value}")
+        if kind == "request_headers":
+            self.reads_usage = messages.reads_usage(message)
         await handler(self, getattr(message, kind), send)
 
     async def handle(self, message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:
@@ -187,7 +190,12 @@ class Exchange:
 
     async def _decide(self, kind: str, body: bytes | None, send: Send) -> None:
         view = RequestView(
-            self.method, self.path, self.request_headers, body, self.response_watched
+            self.method,
+            self.path,
+            self.request_headers,
+            body,
+            self.response_watched,
+            self.reads_usage,
         )
         started = time.perf_counter()
         held_at: float | None = None

@@ -11,7 +11,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 
 from sidecar.request.policy.decision import Respond, Upstream
-from sidecar.request.policy.tags import EXCHANGE_NAMESPACE, SLOT_KEY, USAGE_KEY
+from sidecar.request.policy.tags import (
+    EXCHANGE_NAMESPACE,
+    GATEWAY_NAMESPACE,
+    READS_USAGE_KEY,
+    SLOT_KEY,
+    USAGE_KEY,
+)
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
@@ -57,6 +63,12 @@ _CONTINUE = {
     kind: ext_proc.ProcessingResponse(**{kind: response()})
     for kind, response in _RESPONSE_TYPES.items()
 }
+
+
+def reads_usage(message: ext_proc.ProcessingRequest) -> bool:
+    """Envoy's Lua filter reads (and edits) this exchange's streamed usage."""
+    gateway = message.metadata_context.filter_metadata.get(GATEWAY_NAMESPACE)
+    return gateway is not None and gateway.fields[READS_USAGE_KEY].bool_value
 
 
 def continue_message(kind: str) -> ext_proc.ProcessingResponse:

@@ -35,6 +35,8 @@ class RequestView:
     body: bytes | None  # None when the request had no body
     # Envoy was asked for this exchange's response: its first token may be timed.
     response_watched: bool = False
+    # Envoy's Lua filter reads and edits this exchange's streamed usage (tags.py).
+    reads_usage: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,11 @@ SLOT_KEY = "slot"
 # What Envoy's Lua filter does with a stream's usage (policy/stream_usage.py), in the
 # same metadata: engines never see it.
 USAGE_KEY = "usage"
+# What Envoy tells the sidecar of itself, in the metadata its ext_proc filter forwards
+# (metadata_options.forwarding_namespaces): its Lua filter reads and edits streamed
+# usage (set by that filter on every request; no client can).
+GATEWAY_NAMESPACE = "qos.gateway"
+READS_USAGE_KEY = "reads_usage"
 # The header earlier versions sent it in: stripped from clients' requests still.
 SLOT_HEADER = "x-qos-slot"
 QUEUE_WAIT_HEADER = "x-qos-queue-wait-ms"
