@@ -145,7 +145,7 @@ def _engine(place: Placement) -> tuple[EngineFields, str]:
             if ask.stream_options is not None:
                 body, changed = {**body, "stream_options": ask.stream_options}, True
             usage_mode = ask.mode
-        elif parsed.usage_in_stream:  # the Responses and Messages streams close with it
+        elif parsed.usage_in_stream:  # it carries its usage anyway (asked, or the API does)
             usage_mode = READ
     fields = engine_fields(
         body if parsed.json_body else None,
