@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from sidecar.config.base import Tier
+from sidecar.config.extras import ExtrasConfig
 from sidecar.config.template import TemplateConfig
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class Pool:
     max_model_len: int | None = None  # the longest context its model takes
     # What its model's chat template renders, where templates differ.
     template: TemplateConfig = field(default_factory=TemplateConfig)
+    # The request fields beyond a prompt of text it takes (config/extras.py).
+    extras: ExtrasConfig = field(default_factory=ExtrasConfig)
 
     @property
     def capacity_tokens_per_second(self) -> float:
@@ -97,6 +100,7 @@ def resolve(config: QosConfig) -> Pools:
             config.tiers,
             config.slo.targets,
             template=config.template,
+            extras=config.extras,
         )
         return Pools({DEFAULT_POOL: pool})
     by_name: dict[str, Pool] = {}
@@ -130,6 +134,7 @@ def resolve(config: QosConfig) -> Pools:
             first,
             settings.max_model_len,
             template,
+            config.extras if settings.extras is None else settings.extras,
         )
         by_name[name] = pool
         for model in settings.models:

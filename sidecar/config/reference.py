@@ -145,6 +145,8 @@ def _type_name(annotation: Any) -> str:
         return f"list of {_type_name(args[0])}"
     if inspect.isclass(annotation) and issubclass(annotation, enum.Enum):
         return " or ".join(f"`{member.value}`" for member in annotation)
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return "an object"  # a section's keys, as under its top-level name
     return {float: "number", int: "integer", bool: "boolean", str: "text"}.get(
         annotation, str(annotation)
     )

@@ -22,6 +22,7 @@ from sidecar.config.base import (
     Tier,
     deep_merge,
 )
+from sidecar.config.extras import ExtrasConfig
 from sidecar.config.slo_config import ControllerConfig, SloConfig, shares_within_bounds
 from sidecar.config.template import TemplateConfig, TemplateField
 
@@ -261,6 +262,9 @@ class PoolConfig(Strict):
     slo_targets: dict[Tier, dict[str, Any]] = Field(default_factory=dict)
     # The fields its model's chat template does not render (template.unrendered).
     template_unrendered: frozenset[TemplateField] | None = None
+    # The request fields beyond a prompt of text it takes (extras), in place of the
+    # top-level extras.
+    extras: ExtrasConfig | None = None
 
 
 class FairnessConfig(Strict):
@@ -313,6 +317,9 @@ class QosConfig(Strict):
     media: MediaConfig = MediaConfig()
     # Fields some chat templates render and others do not: all counted unless named.
     template: TemplateConfig = TemplateConfig()
+    # Request fields that make the engine render or run more than a prompt of text
+    # (prompt_embeds, a request's chat_template, vllm_xargs, ...): refused unless allowed.
+    extras: ExtrasConfig = ExtrasConfig()
     # Routes beyond the built-in table (sidecar/routes/table.py), or instead of its
     # entries: {path: kind}, a kind being chat, completions, responses, messages,
     # input_only, generate, ... to charge the route's body as that API's, `pass` to send

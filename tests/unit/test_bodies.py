@@ -313,3 +313,23 @@ def test_prompt_text_in_other_fields_costs_what_the_same_text_costs_as_the_promp
     plain = tokens(parse(path, {"model": "m", "prompt" if "prompt" in carried else "input": ASKED}))
     elsewhere = tokens(parse(path, {"model": "m", **carried}))
     assert abs(elsewhere - plain) <= 0.3 * plain, (elsewhere, plain)
+
+
+def test_template_arguments_cost_in_every_api_vllm_renders_through_its_template():
+    kwargs = {"chat_template_kwargs": {"persona": ASKED}}
+    said = [{"role": "user", "content": "x"}]
+    for path, body in (
+        ("/v1/responses", {"model": "m", "input": "x"}),
+        ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": said}),
+    ):
+        added = tokens(parse(path, {**body, **kwargs})) - tokens(parse(path, body))
+        assert added == estimate_text_tokens(ASKED), path
+
+
+def test_media_beside_token_ids_costs_as_media():
+    body = {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4}}
+    parts = [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]
+    plain = parse("/inference/v1/generate", body)
+    with_media = parse("/inference/v1/generate", {**body, "content_parts": parts})
+    assert plain.prompt.media == () and with_media.prompt.media == (Media.IMAGE,)
+    assert tokens(with_media) == tokens(plain) + MEDIA.image_tokens

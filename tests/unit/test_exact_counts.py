@@ -181,3 +181,17 @@ def test_items_the_engine_could_not_read_are_counted_as_text(counter):
     }
     parsed = parse("/v1/responses", body)
     assert counter(parsed, frozenset()) == 4 + parsed.prompt.template_overhead  # 4 words
+
+
+def test_a_request_chat_template_is_rendered_instead_of_the_models(counter):
+    """Where the pool takes a request's own template (vLLM's --trust-request-chat-template),
+    the prompt counted is what that template renders, with the tokenizer's special tokens."""
+    user = [{"role": "user", "content": "one two"}]
+    own = "{{ bos_token }} {% for m in messages %}{{ m.content }} {% endfor %}" + "pad " * 50
+    body = {"model": "m", "messages": user, "chat_template": own}
+    assert rendered(counter, "/v1/chat/completions", body) == "<s> one two " + "pad " * 50
+    assert counter(parse("/v1/chat/completions", body), frozenset()) == 53
+    kwargs = {"model": "m", "messages": user, "chat_template_kwargs": {"chat_template": own}}
+    assert counter(parse("/v1/chat/completions", kwargs), frozenset()) == 53
+    plain = parse("/v1/chat/completions", {"model": "m", "messages": user})
+    assert counter(plain, frozenset()) < 10  # the model's own template

@@ -10,7 +10,8 @@ model, charged to that pool's budgets (its tenant's own as usual) under its guar
 counted in its load. One hop at most; never for a client that refuses a substitute
 (X-QoS-Substitute: no), nor for a request the pool's model cannot take (its prompt and
 max_tokens against max_model_len; anything but text in and text out: embeddings, media,
-token ids, a conversation the own pool's engine stored). The client is told: the
+token ids, a conversation the own pool's engine stored, fields beyond a prompt of text
+its own pool took: config/extras.py). The client is told: the
 answer's `model` is the model that answered, and X-QoS-Overflow names the pool and why
 (Envoy copies it from the request the sidecar tagged). Pure."""
 
@@ -98,7 +99,7 @@ def _portable(parsed: ParsedRequest) -> bool:
     prompt = parsed.prompt
     if parsed.kind not in PORTABLE or not parsed.json_body or "model" not in parsed.body:
         return False
-    if prompt.media or prompt.stored_context or prompt.audio_bytes:
+    if prompt.media or prompt.stored_context or prompt.audio_bytes or parsed.extras:
         return False
     given = parsed.body.get("prompt")
     return not (isinstance(given, list) and any(not isinstance(part, str) for part in given))

@@ -3,7 +3,8 @@
 Read: the route its method and path take (as the model server routes them), and its
 body by that route's API's reader (bodies/). What the sidecar cannot read is refused,
 never admitted. Price: the pool that serves its model; its prompt's tokens; the tier's
-guards (an output cap written into the body, a prompt too long refused); what it costs
+guards (an output cap written into the body, a prompt too long refused); the fields
+beyond a prompt of text its pool takes (policy/extras.py); what it costs
 (policy/cost.py); how long it may wait.
 
 How long it may wait: its tier's max_queue_wait_seconds, or less when its TTFT target
@@ -34,6 +35,7 @@ from sidecar.request.bodies.read import read
 from sidecar.request.counting import PromptCounter
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.decision import RequestView
+from sidecar.request.policy.extras import extras_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.routes.kinds import RouteKind
@@ -107,7 +109,8 @@ class Pricing:
     ) -> Placement:
         tier, settings = identity.tier, pool.tiers[identity.tier]
         try:
-            counted = self._count(parsed, pool.template.unrendered)
+            extra = extras_tokens(parsed.extras, pool.extras, parsed.model)
+            counted = self._count(parsed, pool.template.unrendered) + extra
             tokens = prompt_tokens(parsed.prompt, counted, snapshot.config.media)
             guarded = apply_guards(parsed, settings, tier.value, tokens)
             charge = price(settings, tokens, parsed.output)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import (
     InvalidRequest,
     bounded_list,
@@ -37,6 +38,8 @@ def read_messages(body: dict[str, Any]) -> ParsedRequest:
             raise InvalidRequest(f"'{where}' must be an object with a 'role'.", where)
         collected.content(message.get("content"), f"{where}.content")
     collected.json(optional(body, "tools", list, "an array"))
+    # vLLM's: the template's own arguments, their strings as chat's.
+    collected.strings(TemplateField.CHAT_TEMPLATE_KWARGS, body.get("chat_template_kwargs"))
     optional(body, "stream", bool, "a boolean")
     max_tokens = positive_int(body, "max_tokens")
     if max_tokens is None:
@@ -50,6 +53,7 @@ def read_messages(body: dict[str, Any]) -> ParsedRequest:
         Prompt(
             tuple(collected.texts),
             media=tuple(collected.media),
+            template_texts=tuple(collected.template_texts),
             template_overhead=TOKENS_PER_MESSAGE * len(messages),
         ),
         OutputLimit((("max_tokens",),), max_tokens, ("max_tokens",)),

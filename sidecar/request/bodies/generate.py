@@ -1,5 +1,6 @@
 """The generate routes, each server's own body:
-- vLLM's tokens-in `/inference/v1/generate`: `token_ids`, `sampling_params.max_tokens`;
+- vLLM's tokens-in `/inference/v1/generate`: `token_ids` (and media in `content_parts`),
+  `sampling_params.max_tokens`;
 - SGLang's `/generate`: `text` or `input_ids`, `sampling_params.max_new_tokens`;
 - TGI's `/generate` and `/generate_stream`: `inputs`, `parameters.max_new_tokens`.
 """
@@ -22,16 +23,21 @@ from sidecar.request.bodies.parsed import (
     Prompt,
     ResponseShape,
 )
+from sidecar.request.bodies.parts import Collected
 from sidecar.request.bodies.tokens import token_id_prompts
 from sidecar.routes.kinds import Api, RouteKind
 
 
 def read_generate(body: dict[str, Any], streams: bool = False) -> ParsedRequest:
     """`streams`: the route always streams (TGI's /generate_stream)."""
-    texts: list[str] = []
+    collected = Collected()
+    texts = collected.texts
     token_ids = 0
     if "token_ids" in body:  # vLLM
         token_ids = _token_ids(body["token_ids"], "token_ids")
+        # Media the server fetches and encodes beside the ids: priced as media parts.
+        for index, part in enumerate(bounded_list(body.get("content_parts"), "content_parts")):
+            collected.part(part, f"content_parts[{index}]")
         field: FieldPath = ("sampling_params", "max_tokens")
     elif "inputs" in body:  # TGI
         if not isinstance(body["inputs"], str):
@@ -62,7 +68,7 @@ def read_generate(body: dict[str, Any], streams: bool = False) -> ParsedRequest:
         RouteKind.GENERATE,
         body,
         ResponseShape(Api.TGI, stream=stream, model=model_of(body)),
-        Prompt(tuple(texts), token_ids),
+        Prompt(tuple(texts), token_ids, tuple(collected.media)),
         OutputLimit((field,), requested, field),
         prompt_param=next(k for k in ("token_ids", "inputs", "text", "input_ids") if k in body),
         body_priority=False,

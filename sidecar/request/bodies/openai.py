@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from sidecar.config.template import TemplateField
+from sidecar.request.bodies.embeds import embedding_rows
 from sidecar.request.bodies.limits import (
     MAX_TOKEN_IDS,
     InvalidRequest,
@@ -54,10 +55,25 @@ def read_completions(body: dict[str, Any]) -> ParsedRequest:
     suffix = body.get("suffix")
     if isinstance(suffix, str):
         collected.texts.append(suffix)
-    # Each prompt of a list (of strings, or of token-id lists) is completed on its own.
-    prompts = len(prompt) if isinstance(prompt, list) and not _is_int(prompt[0]) else 1
-    fixed = token_id_prompts(prompt)
-    return _parsed(RouteKind.COMPLETIONS, body, collected, fixed, _answers(body, prompts))
+    # Each prompt of a list (of strings, or of token-id lists) is completed on its own,
+    # and so is each tensor of prompt_embeds: a token a row.
+    prompts = 0 if prompt is None else 1
+    if isinstance(prompt, list) and not _is_int(prompt[0]):
+        prompts = len(prompt)
+    embedded = _embedded_prompts(body.get("prompt_embeds"))
+    fixed = token_id_prompts(prompt) + sum(embedded)
+    answers = _answers(body, prompts + len(embedded))
+    return _parsed(RouteKind.COMPLETIONS, body, collected, fixed, answers)
+
+
+def _embedded_prompts(value: Any) -> list[int]:
+    """The rows of each tensor of `prompt_embeds` (one, or a list)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [embedding_rows(value, "prompt_embeds")]
+    entries = bounded_list(value, "prompt_embeds")
+    return [embedding_rows(entry, f"prompt_embeds[{i}]") for i, entry in enumerate(entries)]
 
 
 def read_chat_batch(body: dict[str, Any]) -> ParsedRequest:
@@ -122,6 +138,10 @@ def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
     """What the chat template renders from outside the messages: tool schemas, documents
     (retrieval), and the strings among the template's own arguments."""
     collected.json(body.get("tools"))
+    # A request's own chat template (where the pool allows one): its text, as if
+    # rendered once; exact counts render it.
+    if isinstance(body.get("chat_template"), str):
+        collected.texts.append(body["chat_template"])
     documents = body.get("documents")
     if documents:
         collected.template_texts.append((TemplateField.DOCUMENTS, json.dumps(documents)))
@@ -191,8 +211,8 @@ def _check(body: dict[str, Any], chat: bool) -> None:
             raise InvalidRequest(f"'{key}' must be an integer of at least 1.", key)
     if chat:
         _check_messages(body.get("messages"))
-    else:
-        _check_prompt(body.get("prompt"))
+    elif body.get("prompt") is not None or body.get("prompt_embeds") in (None, "", []):
+        _check_prompt(body.get("prompt"))  # unless prompt_embeds are the prompts
 
 
 def _is_int(value: Any) -> bool:

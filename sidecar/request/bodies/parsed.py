@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.config.extras import Extra
 from sidecar.config.template import TemplateField
 from sidecar.routes.kinds import Api, RouteKind
 
@@ -105,6 +106,15 @@ class StreamUsage:
 
 
 @dataclass(frozen=True)
+class ExtraField:
+    """A field beyond a prompt of text (config/extras.py), as the body carries it."""
+
+    extra: Extra
+    param: str  # where: "vllm_xargs", "chat_template_kwargs.chat_template"
+    size: int  # bytes of its JSON: what a grammar is judged and an extra charged by
+
+
+@dataclass(frozen=True)
 class ParsedRequest:
     kind: RouteKind
     body: dict[str, Any]
@@ -119,6 +129,8 @@ class ParsedRequest:
     prompt_param: str = "messages"  # the field a too-long prompt is blamed on
     json_body: bool = True  # else the body is forwarded as it came (a multipart upload)
     body_priority: bool = True  # the API's body takes vLLM's `priority`
+    # Fields beyond a prompt of text, each refused unless the pool allows it.
+    extras: tuple[ExtraField, ...] = ()
 
     @property
     def model(self) -> str | None:

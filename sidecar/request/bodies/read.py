@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.request.bodies import anthropic, generic, openai, responses
 from sidecar.request.bodies.audio import read_audio
+from sidecar.request.bodies.extras import read_extras
 from sidecar.request.bodies.generate import read_generate
 from sidecar.request.bodies.limits import parse_object
 from sidecar.request.bodies.parsed import ParsedRequest
@@ -30,10 +32,13 @@ def read(route: Route, raw: bytes, headers: Mapping[str, str]) -> ParsedRequest:
         return read_audio(raw, headers)
     body = parse_object(raw)
     if route.kind is RouteKind.GENERATE:
-        return read_generate(body, streams=route.path.endswith("_stream"))
-    if route.kind is RouteKind.INVOCATIONS:
-        return _invocation(body)
-    return _JSON_READERS[route.kind](body)
+        parsed = read_generate(body, streams=route.path.endswith("_stream"))
+    elif route.kind is RouteKind.INVOCATIONS:
+        parsed = _invocation(body)
+    else:
+        parsed = _JSON_READERS[route.kind](body)
+    extras = read_extras(body)
+    return dataclasses.replace(parsed, extras=extras) if extras else parsed
 
 
 def _invocation(body: dict[str, Any]) -> ParsedRequest:

@@ -1,12 +1,14 @@
 """The OpenAI Responses API: `input` (a string or a list of items), `instructions`,
 `max_output_tokens`, `stream`, `previous_response_id` (the server adds the stored
 conversation to the prompt), `previous_input_messages` (vLLM's: a conversation carried
-in the request), `tools`. Its streams always end with their usage."""
+in the request), `tools`, `chat_template_kwargs` (their strings, as chat's). Its
+streams always end with their usage."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import (
     InvalidRequest,
     bounded_list,
@@ -43,6 +45,7 @@ def read_responses(body: dict[str, Any]) -> ParsedRequest:
     optional(body, "stream", bool, "a boolean")
     previous = optional(body, "previous_response_id", str, "a string")
     collected.json(optional(body, "tools", list, "an array"))
+    collected.strings(TemplateField.CHAT_TEMPLATE_KWARGS, body.get("chat_template_kwargs"))
     stream = body.get("stream") is True
     field = ("max_output_tokens",)
     return ParsedRequest(
@@ -53,6 +56,7 @@ def read_responses(body: dict[str, Any]) -> ParsedRequest:
             tuple(collected.texts),
             media=tuple(collected.media),
             stored_context=previous is not None,
+            template_texts=tuple(collected.template_texts),
             template_overhead=TOKENS_PER_MESSAGE * items,
         ),
         OutputLimit((field,), positive_int(body, "max_output_tokens"), field),

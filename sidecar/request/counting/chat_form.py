@@ -29,6 +29,9 @@ class ChatForm:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    # The request's own chat template, rendered instead of the model's (where its pool
+    # allows one: config/extras.py).
+    template: str | None = None
 
 
 def chat_forms(parsed: ParsedRequest) -> list[ChatForm] | None:
@@ -61,7 +64,18 @@ def from_chat(body: dict[str, Any], messages: list[Message]) -> ChatForm:
         template_kwargs=kwargs,
         add_generation_prompt=body.get("add_generation_prompt", True) is not False,
         continue_final_message=body.get("continue_final_message") is True,
+        template=request_template(body),
     )
+
+
+def request_template(body: dict[str, Any]) -> str | None:
+    """The request's own chat template: `chat_template`, or in its template's arguments
+    (vLLM takes either)."""
+    template = body.get("chat_template")
+    kwargs = body.get("chat_template_kwargs")
+    if template is None and isinstance(kwargs, dict):
+        template = kwargs.get("chat_template")
+    return template if isinstance(template, str) else None
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:

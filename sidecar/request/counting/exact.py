@@ -19,7 +19,7 @@ from typing import Any
 
 from sidecar.config.template import TemplateField
 from sidecar.request.bodies.parsed import ParsedRequest
-from sidecar.request.counting.chat_form import ChatForm, chat_forms
+from sidecar.request.counting.chat_form import ChatForm, chat_forms, request_template
 from sidecar.request.counting.jinja_render import ChatTemplate, compiled
 from sidecar.request.counting.template_inputs import template_messages
 from sidecar.routes.kinds import RouteKind
@@ -36,9 +36,9 @@ class ExactCounter:
 
         self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
         config = _json_or_empty(tokenizer_file.with_name("tokenizer_config.json"))
-        special = tuple(sorted(_special_tokens(config).items()))
+        self._special = tuple(sorted(_special_tokens(config).items()))
         source = _template_source(tokenizer_file.parent, config, chat_template_file)
-        self.template: ChatTemplate | None = compiled(source, special) if source else None
+        self.template: ChatTemplate | None = compiled(source, self._special) if source else None
 
     def tokens(self, text: str, special: bool = False) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=special).ids)
@@ -47,7 +47,7 @@ class ExactCounter:
         """The prompt's tokens as the engine counts them (but media, which is priced by
         the configuration); a conversation the template refuses is counted as text (the
         engine will refuse it too)."""
-        if self.template is not None:
+        if self.template is not None or request_template(parsed.body) is not None:
             try:
                 forms = chat_forms(parsed)
                 if forms is not None:
@@ -67,7 +67,8 @@ class ExactCounter:
         return self.tokens(self.render(form))
 
     def render(self, form: ChatForm) -> str:
-        template = self.template
+        # A request's own template (its pool allows it) is rendered as vLLM renders it.
+        template = compiled(form.template, self._special) if form.template else self.template
         assert template is not None
         messages = template_messages(
             form.messages, template.loops_over_content, template.knows_developer

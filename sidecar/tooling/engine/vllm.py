@@ -55,6 +55,9 @@ class EngineSettings:
     # vLLM's default. A load test whose prompts all repeat one word turns it off, or
     # every prompt after the first is mostly a cache hit.
     prefix_caching: bool = True
+    # Takes what a platform turns on for some models: prompt embeddings and a request's
+    # own chat template (--enable-prompt-embeds, --trust-request-chat-template).
+    request_inputs: bool = False
 
     @property
     def kv_blocks(self) -> int:
@@ -99,6 +102,11 @@ def argv(settings: EngineSettings, port: int) -> list[str]:
         "--scheduling-policy",
         settings.scheduling_policy,
         *(() if settings.prefix_caching else ("--no-enable-prefix-caching",)),
+        *(
+            ("--enable-prompt-embeds", "--trust-request-chat-template")
+            if settings.request_inputs
+            else ()
+        ),
     ]
 
 
