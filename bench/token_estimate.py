@@ -3,7 +3,9 @@
 The estimate (sidecar.request.bodies.tokens) is compared with OpenAI's cl100k_base and
 o200k_base encodings (the bpe-openai package ships them) on bench/samples: message text
 (prompts.jsonl: English, Chinese, code, JSON, mixed) and what tools add
-(tool_fields.jsonl: tool schemas, tool-call arguments, tool results, names). Each field
+(tool_fields.jsonl: tool schemas, tool-call arguments, tool results, names), and the
+message texts again where the engine renders them from other fields (a Responses
+request's previous_input_messages, a request's own chat template). Each field
 is measured as the sidecar reads it against the text the chat template renders: tool
 schemas and arguments reach the template as objects, which `tojson` writes with spaces,
 while the estimate reads the compact JSON the client sent.
@@ -21,6 +23,7 @@ from typing import Any
 
 import bpe_openai
 
+from sidecar.request.bodies.parts import Collected
 from sidecar.request.bodies.tokens import estimate_text_tokens
 from sidecar.request.counting.chat_form import chat_tools
 
@@ -34,11 +37,31 @@ def fields() -> list[tuple[str, str, str]]:
     for line in (SAMPLES / "prompts.jsonl").read_text().splitlines():
         sample = json.loads(line)
         read.append((f"content: {sample['kind']}", sample["text"], sample["text"]))
+        read.extend(_elsewhere(sample["text"]))
     for line in (SAMPLES / "tool_fields.jsonl").read_text().splitlines():
         sample = json.loads(line)
         kind, value = sample["kind"], sample["value"]
         read.append((kind, *_both(kind, value)))
     return read
+
+
+def _elsewhere(text: str) -> list[tuple[str, str, str]]:
+    """The same text in the other fields an engine renders into the prompt, each as the
+    sidecar reads it (bodies/) and as the engine renders it."""
+    carried = {"author": {"role": "user"}, "content": [{"type": "text", "text": text}]}
+    template = "{{ bos_token }}" + text + "{% for m in messages %}{{ m.content }}{% endfor %}"
+    return [
+        # Responses' previous_input_messages: read as JSON, rendered as a harmony message.
+        ("previous_input", _collected(carried), f"<|start|>user<|message|>{text}<|end|>"),
+        # A request's own chat template: read as its text, rendered once.
+        ("request template", template, text),
+    ]
+
+
+def _collected(value: Any) -> str:
+    collected = Collected()
+    collected.json(value)
+    return collected.texts[0]
 
 
 def _both(kind: str, value: Any) -> tuple[str, str]:

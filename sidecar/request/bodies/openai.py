@@ -4,7 +4,6 @@ would make vLLM fail; fields not known here pass through untouched for vLLM to j
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sidecar.config.template import TemplateField
@@ -24,7 +23,7 @@ from sidecar.request.bodies.parsed import (
     StreamUsage,
     TextForm,
 )
-from sidecar.request.bodies.parts import Collected
+from sidecar.request.bodies.parts import Collected, compact_json
 from sidecar.request.bodies.tokens import TOKENS_PER_MESSAGE, token_id_prompts
 from sidecar.routes.kinds import RouteKind
 
@@ -144,7 +143,7 @@ def _template_inputs(collected: Collected, body: dict[str, Any]) -> None:
         collected.texts.append(body["chat_template"])
     documents = body.get("documents")
     if documents:
-        collected.template_texts.append((TemplateField.DOCUMENTS, json.dumps(documents)))
+        collected.template_texts.append((TemplateField.DOCUMENTS, compact_json(documents)))
     collected.strings(TemplateField.CHAT_TEMPLATE_KWARGS, body.get("chat_template_kwargs"))
 
 

@@ -76,14 +76,14 @@ class Collected:
             if isinstance(value, str):
                 self.texts.append(value)
         if kind == "tool_use" and part.get("input") is not None:
-            self.texts.append(json.dumps(part["input"], separators=(",", ":")))
+            self.texts.append(compact_json(part["input"]))
         if kind == "tool_result":
             self.content(part.get("content"), f"{where}.content")
 
     def json(self, value: Any) -> None:
         """A JSON value the template renders into the prompt (tool schemas)."""
         if value:
-            self.texts.append(json.dumps(value, separators=(",", ":")))
+            self.texts.append(compact_json(value))
 
     def text_or_json(self, value: Any) -> None:
         """A string as it is, any other JSON value as JSON (tool-call arguments are a
@@ -104,6 +104,12 @@ class Collected:
         elif isinstance(value, list):
             for inner in value:
                 self.strings(field, inner)
+
+
+def compact_json(value: Any) -> str:
+    """A JSON value as a template writes it, less its spaces: non-ASCII text as itself
+    (an escape is six characters where the template writes one)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def low_detail(part: dict[str, Any], media: Media) -> Media:
