@@ -87,6 +87,20 @@ def test_prompt_embeddings_are_counted_a_token_a_row_as_vllm_counts_them(engine)
 
 
 @pytest.mark.timeout(600)
+def test_a_text_as_embeddings_costs_what_it_costs_as_a_prompt(engine):
+    """The same text given as its tokens' embeddings (a row a token) and as the prompt:
+    the engine prefills as many tokens, and the gateway charges the same."""
+    exact = ExactCounter(vllm.model() / "tokenizer.json")
+    as_text = parsed("/v1/completions", {"prompt": ASKED})
+    rows = exact(as_text, frozenset())
+    embedded = {"prompt_embeds": saved_tensor(f"torch.randn({rows}, {hidden_size()})")}
+    as_rows = parsed("/v1/completions", embedded)
+    assert engine_count(engine, "/v1/completions", embedded) == rows
+    assert engine_count(engine, "/v1/completions", {"prompt": ASKED}) == rows
+    assert estimate(as_rows) == exact(as_rows, frozenset()) == rows
+
+
+@pytest.mark.timeout(600)
 def test_a_request_chat_template_is_counted_as_vllm_renders_it(engine):
     exact = ExactCounter(vllm.model() / "tokenizer.json")
     template = (
