@@ -249,3 +249,21 @@ async def test_only_text_from_text_overflows(path, body):
     shed = await decider(limiter).decide(view)
     assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark"
     assert shed.pool == "big" and limiter.calls == []
+
+
+@pytest.mark.asyncio
+async def test_a_structured_output_overflows_where_the_other_pool_takes_its_size():
+    """An ordinary structured output goes with the request; one past the other pool's
+    size, or anything else beyond a prompt of text, stays in its own pool."""
+    big_takes_all = {"allowed": ["large_grammars", "vllm_xargs"], "grammar_max_bytes": 16384}
+    pools = json.loads(json.dumps(BIG_AND_SMALL["pools"]))
+    pools["big"]["extras"] = big_takes_all
+    schema = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}
+    small = await decider(FakeLimiter(), pools=pools).decide(chat(response_format=schema))
+    assert isinstance(small, Admit) and small.record.pool == "small"
+    large = {"grammar": "root ::= " + "x" * 20_000}
+    for body in ({"structured_outputs": large}, {"vllm_xargs": {"steps": 3}}):
+        limiter = FakeLimiter()
+        shed = await decider(limiter, pools=pools).decide(chat(**body))
+        assert isinstance(shed, Respond) and shed.reason == "shed_kv_watermark", body
+        assert shed.pool == "big" and limiter.calls == []

@@ -11,7 +11,7 @@ counted in its load. One hop at most; never for a client that refuses a substitu
 (X-QoS-Substitute: no), nor for a request the pool's model cannot take (its prompt and
 max_tokens against max_model_len; anything but text in and text out: embeddings, media,
 token ids, a conversation the own pool's engine stored, fields beyond a prompt of text
-its own pool took: config/extras.py). The client is told: the
+but a structured output the other pool takes: config/extras.py). The client is told: the
 answer's `model` is the model that answered, and X-QoS-Overflow names the pool and why
 (Envoy copies it from the request the sidecar tagged). Pure."""
 
@@ -21,11 +21,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sidecar.config.extras import Extra
 from sidecar.config.pools import Pool
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.admission.request import Placement
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.policy.cost import price
+from sidecar.request.policy.extras import extras_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.kinds import RouteKind
 
@@ -99,8 +101,10 @@ def _portable(parsed: ParsedRequest) -> bool:
     prompt = parsed.prompt
     if parsed.kind not in PORTABLE or not parsed.json_body or "model" not in parsed.body:
         return False
-    if prompt.media or prompt.stored_context or prompt.audio_bytes or parsed.extras:
+    if prompt.media or prompt.stored_context or prompt.audio_bytes:
         return False
+    if any(field.extra is not Extra.LARGE_GRAMMARS for field in parsed.extras):
+        return False  # embeddings, a template, engine arguments: for its own model only
     given = parsed.body.get("prompt")
     return not (isinstance(given, list) and any(not isinstance(part, str) for part in given))
 
@@ -115,6 +119,7 @@ def _moved(home: Placement, target: Pool) -> Placement | None:
         return None
     settings = target.tiers[tier]
     try:
+        extras_tokens(parsed.extras, target.extras, target.model)  # its grammars' size
         guarded = apply_guards(parsed, settings, tier.value, prompt)
     except Refusal:
         return None
