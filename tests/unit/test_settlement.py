@@ -43,6 +43,14 @@ def test_a_whole_answer_its_client_left_pays_all_it_asked_for_beyond_its_reserva
     assert settled.difference == (20 + 4000) - 1250  # owed: all it may have made
 
 
+def test_a_stream_its_client_left_without_a_count_pays_all_it_asked_for():
+    """Several choices stream no running count: the usage would have come at the end."""
+    settled = settle(True, reservation(), end(size=2_000, left=True))
+    assert (settled.output, settled.source) == (200, "abandoned")
+    counted = settle(True, reservation(), end(completion=37, size=2_000, left=True))
+    assert (counted.output, counted.source) == (37, "usage")  # the running count wins
+
+
 def test_a_stream_without_usage_is_estimated_from_its_size_and_one_with_it_measures_that():
     estimated = settle(True, reservation(), end(size=20_000))
     assert estimated.source == "estimate" and estimated.output > 0

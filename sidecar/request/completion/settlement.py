@@ -1,11 +1,12 @@
 """An ended exchange's real cost against what it reserved. Pure.
 
 Exact from the answer's usage (Envoy lifted it into the access-log entry: a stream's
-running count when its client left early), estimated from a stream's size otherwise
-(sidecar/request/completion/usage.py). A whole answer its client left before it came
-gives no count: the engine may have made all it asked for before the disconnect reached
-it, so it is charged that, its whole output, never less than it made (the reservation may
-be less, held to the buckets' burst). Another whole answer without usage (the engine
+running count when its client left early). An answer its client left with no count (a
+whole answer, or a stream of several choices, whose usage comes only at its end) is
+charged its whole output: the engine may have made all it asked for before the
+disconnect reached it, and never less than it made (the reservation may be less, held
+to the buckets' burst). A stream that ended without usage is estimated from its size
+(sidecar/request/completion/usage.py); another whole answer without usage (the engine
 failed it) keeps its reservation. An answer with no output (embeddings) is settled from
 its prompt's count alone.
 """
@@ -40,10 +41,11 @@ def settle(stream: bool, reservation: Reservation, end: ExchangeEnd) -> Settleme
         guess = streamed_output_tokens(end.response_body_bytes, reservation.chat, reservation.model)
     error = None
     if output is None:
-        if guess is not None:
+        if _client_left(end.response_flags) and reservation.charge.expected_output:
+            # No count, and the engine may have made more than the client was sent.
+            output, source = max(reservation.charge.expected_output, guess or 0), "abandoned"
+        elif guess is not None:
             output, source = guess, "estimate"
-        elif not stream and _client_left(end.response_flags):
-            output, source = reservation.charge.expected_output, "abandoned"
         else:
             return None
     elif guess is not None and output > 0:
