@@ -34,9 +34,10 @@ from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
+from sidecar.tooling.benchmarks import field_tool, report, screenshots
 from sidecar.tooling.benchmarks import fleet as fleets
-from sidecar.tooling.benchmarks import report, screenshots
 from sidecar.tooling.benchmarks.busy import BusyShare, metric_values
+from sidecar.tooling.benchmarks.field_sale import SEATS, FieldSale
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
@@ -109,6 +110,13 @@ class Settings:
     )
     runs: str = setting(
         "qos,no-qos", None, "which runs, in this order: qos, qos-no-forecast, no-qos"
+    )
+    load_tool: str = setting(
+        "ours",
+        None,
+        "what offers the load: ours (the sale's mix, load.py) or vllm (vLLM's own "
+        "`vllm bench serve`, one process per tier on ShareGPT prompts, from the engine's "
+        "venv; the table gives its figures beside ours)",
     )
     json: str = setting("", None, "write the figures and the timelines to this file")
     plot: str = setting("", None, "write a PNG of both runs over time to this file")
@@ -228,6 +236,10 @@ def main(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, _interrupted)
     if settings.engine not in ("mock", "vllm"):
         raise SystemExit(f"--engine is mock or vllm, not {settings.engine!r}")
+    if settings.load_tool not in ("ours", "vllm"):
+        raise SystemExit(f"--load-tool is ours or vllm, not {settings.load_tool!r}")
+    if settings.load_tool == "vllm" and settings.pools:
+        raise SystemExit("--load-tool vllm drives one pool: use it without --pools")
     if settings.overflow and settings.pools < 2:
         raise SystemExit("--overflow needs --pools 2 or more: a pool to overflow to")
     if settings.engine == "vllm" and settings.pools:
@@ -264,17 +276,27 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             "--log-level",
             "WARNING",
             "--chunked-prefill" if settings.chunked_prefill else "--no-chunked-prefill",
+            *(("--max-num-seqs", str(SEATS)) if settings.load_tool == "vllm" else ()),
         ),
         sidecar_args=("--log-level", "WARNING", *fleet.sidecar_args),
         **fleet.stack_overrides,
     )
-    requests = _traffic(settings, options, fleet)
+    field = None
+    if settings.load_tool == "vllm":
+        seats = SEATS if fleet.engines is None else fleets.ENGINE_SETTINGS.max_num_seqs
+        field = FieldSale.planned(
+            fleet, settings.overload, settings.seconds, settings.seed, work, seats
+        )
+    requests = _traffic(settings, options, fleet) if field is None else []
+    tool_figures: dict[str, dict[str, dict]] = {}
     outcomes: dict[str, list[Outcome]] = {}
     probes: dict[str, dict] = {}
     settlement: dict[str, dict[str, float]] = {}
     busy_shares: dict[str, float | None] = {}
     try:
         with Stack(options) as stack:
+            if field is not None:
+                field, fleet = field.measured(stack.engine_urls)
             overflow = overflowing(options) if settings.overflow else {}
             stack.config.set({**configuration(settings, fleet), **overflow})
             for caller in fleet.callers:
@@ -308,9 +330,11 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                         Path(settings.screenshots),
                     )
                 busy = BusyShare(stack.engine_urls, settings.seconds).start()
-                outcomes[run] = asyncio.run(
-                    offer(url, requests, settings.timeout, _progress(run, settings.seconds, admin))
-                )
+                if field is not None:
+                    outcomes[run], tool_figures[run] = field.run(run, url)
+                else:
+                    progress = _progress(run, settings.seconds, admin)
+                    outcomes[run] = asyncio.run(offer(url, requests, settings.timeout, progress))
                 busy_shares[run] = busy.share()
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 if shots is not None:
@@ -329,6 +353,9 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     summaries = {run: report.summarize(result, ttft_slo_ms) for run, result in views.items()}
     print()
     print(report.table(summaries))
+    if tool_figures:
+        print("\nvllm bench serve's figures, beside this harness's reading of its requests:")
+        print(field_tool.table(tool_figures, summaries))
     for run, share in busy_shares.items():
         if share is not None:
             print(f"{run}: the GPUs were busy {share:.1%} of the sale's {settings.seconds:g} s")
@@ -341,7 +368,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         moved = Counter((o.tier, o.served_by) for o in result if o.served_by)
         for (tier, pool), count in sorted(moved.items()):
             print(f"{run}: {count} {tier.upper()} requests were served by {pool}'s model")
-    for run, result in outcomes.items():
+    own_load = {} if field is not None else outcomes  # the tool keeps its own time
+    for run, result in own_load.items():
         late = report.percentile((o.late for o in result), 99)
         print(f"{run}: the load generator sent its requests up to {late:.1f} ms late (p99)")
     gateway_sheds = shed_times(shed_log) if QOS in outcomes else {}
@@ -377,6 +405,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             "gateway_shed_ms": gateway_sheds,
             "output_settlement": settlement,
             "gpu_busy_share": busy_shares,
+            "load_tool": tool_figures,
             "timelines": timelines,
         }
         Path(settings.json).write_text(json.dumps(document, indent=1))
@@ -384,6 +413,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     if settings.plot:
         from sidecar.tooling.benchmarks.plot import plot
 
+        offered = len(requests) if field is None else sum(load.prompts for load in field.loads)
         prefill = "chunked" if settings.chunked_prefill else "unchunked"
         where = (
             fleet.name
@@ -392,7 +422,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         )
         title = (
             f"Flash sale at {settings.overload:g}x capacity on {where}, {prefill} prefill"
-            f" ({len(requests)} requests in {settings.seconds:g} s)"
+            f" ({offered} requests in {settings.seconds:g} s)"
         )
         slo = QosConfig().slo.targets.p0.ttft_ms
         plot(timelines, Path(settings.plot), title, slo)
