@@ -139,3 +139,23 @@ async def test_the_probe_survives_the_client_library_s_own_errors():
         assert not limiter.degraded and pinger.odd_errors == 0
     finally:
         await limiter.stop()
+
+
+async def test_a_request_the_bucket_holds_waits_its_turn_locally_never_told_it_never_fits():
+    """Nine sidecars: a share's burst (50/9) is smaller than a request of 20 the bucket
+    holds. Locally it is admitted, then refused for a while at the share's rate: a wait,
+    never 'no burst will ever hold this' (a 400 the client cannot fix)."""
+    shared = Shared()
+    limiter = ResilientLimiter(shared, Pinger(), sidecars_alive=lambda: 9, probe_seconds=60)
+    try:
+        shared.failing = True
+        first = await limiter.acquire(20, [BUCKET])
+        assert limiter.degraded and first.allowed
+        second = await limiter.acquire(20, [BUCKET])
+        assert not second.allowed and second.retry_after is not None
+        # The share refills at 100/9 tokens a second: 20 tokens in about 1.8 s.
+        assert second.retry_after == pytest.approx(20 / (100 / 9), abs=0.1)
+        too_big = await limiter.acquire(51, [BUCKET])
+        assert not too_big.allowed and too_big.retry_after is None  # beyond the bucket
+    finally:
+        await limiter.stop()

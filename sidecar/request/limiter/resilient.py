@@ -136,7 +136,7 @@ class ResilientLimiter:
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # Decided here alone: the load is projected by this sidecar only (not recorded).
-        shares = self._local_shares(buckets)
+        shares = self._local_shares(buckets, cost)
         verdict = self._local.acquire(cost, shares)
         if verdict.refused is None:
             return verdict
@@ -153,7 +153,7 @@ class ResilientLimiter:
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # The cost was taken whole from this sidecar's share: settled whole there too.
-        return self._local.settle(delta, self._local_shares(buckets))
+        return self._local.settle(delta, self._local_shares(buckets, 0.0))
 
     async def charge(
         self, tokens: float, bucket: BucketSpec, load: AdmittedLoad | None, admissions: int
@@ -167,7 +167,7 @@ class ResilientLimiter:
             except (redis.RedisError, TimeoutError) as error:
                 self._failed(error)
         # Admitted against this sidecar's share: charged there, recorded nowhere.
-        level = self._local.settle(-tokens, self._local_shares([bucket]))
+        level = self._local.settle(-tokens, self._local_shares([bucket], 0.0))
         return Charged(bucket.burst if level is None else level, 0)
 
     def _remember(self, buckets: Sequence[BucketSpec], level: float) -> None:
@@ -175,11 +175,11 @@ class ResilientLimiter:
         if buckets:
             self._shared_levels[buckets[0].key] = (level, time.monotonic())
 
-    def _local_shares(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
-        """This sidecar's shares of `buckets`; the first local call on the first since
-        Redis last answered for it starts from its share of what Redis said it held
-        (refilled since, at the share's rate)."""
-        shares = self._my_share(buckets)
+    def _local_shares(self, buckets: Sequence[BucketSpec], cost: float) -> list[BucketSpec]:
+        """This sidecar's shares of `buckets` for a request of `cost`; the first local
+        call on the first since Redis last answered for it starts from its share of what
+        Redis said it held (refilled since, at the share's rate)."""
+        shares = self._my_share(buckets, cost)
         seen = self._shared_levels.pop(shares[0].key, None) if shares else None
         if seen is not None:
             level, at = seen
@@ -200,12 +200,18 @@ class ResilientLimiter:
         if not returning or self._failures >= FAILURES_TO_GO_LOCAL:
             self._go_local(error)
 
-    def _my_share(self, buckets: Sequence[BucketSpec]) -> list[BucketSpec]:
-        """Each bucket cut to this sidecar's share of it, while budgets are local."""
+    def _my_share(self, buckets: Sequence[BucketSpec], cost: float) -> list[BucketSpec]:
+        """Each bucket cut to this sidecar's share of its rate, while budgets are local.
+        Its burst too, but never below one request the whole bucket holds: a share too
+        small for it would refuse as never fitting a request that fits, where it only
+        has to wait its turn at the share's rate."""
         share = max(1, self._sidecars_alive())
         return [
             dataclasses.replace(
-                b, rate=b.rate / share, burst=b.burst / share, debt=b.max_debt / share
+                b,
+                rate=b.rate / share,
+                burst=max(b.burst / share, min(b.burst, cost)),
+                debt=b.max_debt / share,
             )
             for b in buckets
         ]
