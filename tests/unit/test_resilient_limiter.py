@@ -143,19 +143,34 @@ async def test_the_probe_survives_the_client_library_s_own_errors():
 
 async def test_a_request_the_bucket_holds_waits_its_turn_locally_never_told_it_never_fits():
     """Nine sidecars: a share's burst (50/9) is smaller than a request of 20 the bucket
-    holds. Locally it is admitted, then refused for a while at the share's rate: a wait,
-    never 'no burst will ever hold this' (a 400 the client cannot fix)."""
+    holds. Locally it is admitted, then waits its turn at the share's rate: a wait, never
+    'no burst will ever hold this' (a 400 the client cannot fix)."""
     shared = Shared()
     limiter = ResilientLimiter(shared, Pinger(), sidecars_alive=lambda: 9, probe_seconds=60)
     try:
         shared.failing = True
-        first = await limiter.acquire(20, [BUCKET])
-        assert limiter.degraded and first.allowed
+        assert (await limiter.acquire(20, [BUCKET])).allowed
         second = await limiter.acquire(20, [BUCKET])
-        assert not second.allowed and second.retry_after is not None
+        assert limiter.degraded and not second.allowed and second.retry_after is not None
         # The share refills at 100/9 tokens a second: 20 tokens in about 1.8 s.
         assert second.retry_after == pytest.approx(20 / (100 / 9), abs=0.1)
         too_big = await limiter.acquire(51, [BUCKET])
         assert not too_big.allowed and too_big.retry_after is None  # beyond the bucket
+    finally:
+        await limiter.stop()
+
+
+async def test_a_tenant_budget_is_not_granted_again_at_each_switch_to_local_budgets():
+    """Redis never says a tenant bucket's level: locally it starts empty, so a sidecar
+    flapping between shared and local budgets does not hand its tenants a new burst at
+    every switch."""
+    tenant = BucketSpec("qos:{bucket-p1}:tenant:t", rate=90.0, burst=90.0)
+    shared = Shared()
+    limiter = ResilientLimiter(shared, Pinger(), sidecars_alive=lambda: 9, probe_seconds=60)
+    try:
+        shared.failing = True
+        refused = await limiter.acquire(10, [BUCKET, tenant])
+        assert limiter.degraded and not refused.allowed and refused.refused == tenant
+        assert refused.retry_after == pytest.approx(10 / (90 / 9), abs=0.1)
     finally:
         await limiter.stop()

@@ -61,6 +61,9 @@ class LocalTokenBuckets:
         """The bucket held `tokens` at `at` (a monotonic time)."""
         self._state[key] = (tokens, at)
 
+    def knows(self, key: str) -> bool:
+        return key in self._state
+
     def acquire(self, cost: float, buckets: Sequence[BucketSpec]) -> Verdict:
         now = self._clock()
         levels = []
@@ -187,6 +190,14 @@ class ResilientLimiter:
             self._local.seed(
                 first.key, min(first.burst, level / max(1, self._sidecars_alive())), at
             )
+        # The others (a tenant's), whose level Redis never says, start empty, refilling
+        # at the share's rate: what the fleet spent of their bursts is not known, and
+        # granting them whole at every switch would let flapping budgets admit far past
+        # them.
+        now = time.monotonic()
+        for share in shares[1:]:
+            if not self._local.knows(share.key):
+                self._local.seed(share.key, 0.0, now)
         return shares
 
     def _failed(self, error: Exception) -> None:
