@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -504,29 +504,34 @@ def start_gateways(
     return gateways
 
 
+@contextlib.contextmanager
+def canned_stack(work: Path) -> Iterator[tuple[Stack, int]]:
+    """The local stack (Redis, the configuration, its sidecar and Envoy) and an upstream
+    Envoy answering the canned completion: the stack, and that upstream's port."""
+    options = StackOptions.on_free_ports(
+        work, replicas=1, envoy_concurrency=1, sidecar_args=("--log-level", "WARNING")
+    )
+    with Stack(options) as stack:
+        upstream_port, upstream_admin = free_port(), free_port()
+        stack.processes.append(
+            start_envoy(
+                canned_upstream(upstream_port, upstream_admin),
+                work,
+                upstream_admin,
+                name="envoy-upstream",
+                concurrency=1,
+            )
+        )
+        yield stack, upstream_port
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="qos-bench-") as tmp,
         contextlib.ExitStack() as stack_context,
     ):
         work = Path(tmp)
-        options = StackOptions.on_free_ports(
-            work,
-            replicas=1,
-            envoy_concurrency=1,
-            sidecar_args=("--log-level", "WARNING"),
-        )
-        with Stack(options) as stack:
-            upstream_port, upstream_admin = free_port(), free_port()
-            stack.processes.append(
-                start_envoy(
-                    canned_upstream(upstream_port, upstream_admin),
-                    work,
-                    upstream_admin,
-                    name="envoy-upstream",
-                    concurrency=1,
-                )
-            )
+        with canned_stack(work) as (stack, upstream_port):
             configure(stack, args.shed_rate)
             sink = stack_context.enter_context(otlp_sink.running_sink())
             gateways = start_gateways(stack, work, upstream_port, args.variants, sink)

@@ -40,9 +40,8 @@ from typing import Any
 import gateway as harness
 import profiling
 
-from sidecar.ports import free_port
 from sidecar.tooling.stack.processes import tree_cpu_seconds
-from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
+from sidecar.tooling.stack.stack import Stack
 
 SENTENCE = (
     "the order ships from the northern warehouse once payment clears and the carrier "
@@ -179,20 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="qos-bench-long-") as tmp:
         work = Path(tmp)
-        options = StackOptions.on_free_ports(
-            work, replicas=1, envoy_concurrency=1, sidecar_args=("--log-level", "WARNING")
-        )
-        with Stack(options) as stack:
-            upstream_port, upstream_admin = free_port(), free_port()
-            stack.processes.append(
-                start_envoy(
-                    harness.canned_upstream(upstream_port, upstream_admin),
-                    work,
-                    upstream_admin,
-                    name="envoy-upstream",
-                    concurrency=1,
-                )
-            )
+        with harness.canned_stack(work) as (stack, upstream_port):
             configure(stack)
             variants = {"admit-all": ["--decider", "admit-all"], **args.variants}
             gateways = harness.start_gateways(stack, work, upstream_port, variants, "")

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from gateway import BODY, canned_upstream, gateway_config
+from gateway import BODY, canned_stack, gateway_config
 
 from sidecar.ports import free_port
 from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.stack.admin_client import scrape
-from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy, start_sidecar
+from sidecar.tooling.stack.stack import Stack, start_envoy, start_sidecar
 
 MODES = {"headroom": [], "exact": ["--charge-behind-ms", "0"]}
 BURST_SECONDS = 1.0
@@ -197,16 +197,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="qos-shared-") as tmp:
         work = Path(tmp)
-        options = StackOptions.on_free_ports(
-            work, replicas=1, envoy_concurrency=1, sidecar_args=("--log-level", "WARNING")
-        )
-        with Stack(options) as stack:
-            upstream_port, upstream_admin = free_port(), free_port()
-            upstream = start_envoy(
-                canned_upstream(upstream_port, upstream_admin), work, upstream_admin,
-                name="envoy-upstream", concurrency=1,
-            )  # fmt: skip
-            stack.processes.append(upstream)
+        with canned_stack(work) as (stack, upstream_port):
             for mode in args.modes.split(","):
                 results[mode] = run_mode(stack, work, mode, args, upstream_port)
     report(results, args)
