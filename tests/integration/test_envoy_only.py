@@ -5,6 +5,7 @@ environment, as the shipped configs have it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -137,6 +138,11 @@ async def test_a_forged_access_log_entry_frees_no_slot_and_settles_nothing(stack
 async def test_the_runtime_layer_is_served_to_envoy_alone(stack):
     async def subscribe(metadata) -> discovery_pb2.DiscoveryResponse:
         async def requests():
+            if not metadata:
+                # Nothing sent where the call is refused at its start: a message on its
+                # way as the refusal comes fails the call on the client's side instead
+                # (INTERNAL, "Failed execute_batch"), hiding the server's status.
+                await asyncio.Event().wait()
             yield discovery_pb2.DiscoveryRequest(resource_names=["qos"])
 
         stub = rtds_pb2_grpc.RuntimeDiscoveryServiceStub(channel)
