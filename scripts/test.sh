@@ -10,6 +10,8 @@ ensure_venv test
 # The real-engine tests (tests/engine) run against vLLM's CPU build, in its own venv, and
 # against llama.cpp's llama-server, built once per machine from its sources on PyPI.
 ensure_engine_venv
+# LiteLLM's proxy, the peer gateway of `bench promo --runs litellm`, in its own venv.
+ensure_litellm_venv
 ensure_llama_server
 cd "$ROOT"
 "$VENV/bin/ruff" check .

@@ -13,24 +13,23 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _logs_under(tmp_path):
-    """The bench keeps its logs in a directory of its own under TMPDIR for the user to
-    read; under the test's directory, they go with it."""
-    return {**os.environ, "TMPDIR": str(tmp_path)}
+def _promo(tmp_path, *args: str, timeout: float = 170) -> subprocess.CompletedProcess:
+    """`bench promo` with these arguments. It keeps its logs in a directory of its own
+    under TMPDIR for the user to read; under the test's directory, they go with it."""
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", "bench", "promo", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(180)
 def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
     figures, picture = tmp_path / "promo.json", tmp_path / "promo.png"
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "sidecar", "bench", "promo",
-            "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
-            "--runs", "qos,qos-no-forecast,no-qos",
-            "--json", str(figures), "--plot", str(picture),
-        ],
-        capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
-        env=_logs_under(tmp_path),
+    result = _promo(
+        tmp_path,
+        "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
+        "--runs", "qos,qos-no-forecast,no-qos", "--json", str(figures), "--plot", str(picture),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| QoS | P0 |" in result.stdout and "| no QoS | P2 |" in result.stdout
@@ -64,14 +63,10 @@ def test_a_short_flash_sale_runs_with_and_without_qos(tmp_path):
 @pytest.mark.timeout(180)
 def test_a_short_flash_sale_with_two_pools_overloads_only_the_first(tmp_path):
     figures = tmp_path / "promo.json"
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "sidecar", "bench", "promo", "--pools", "2",
-            "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
-            "--runs", "qos", "--json", str(figures),
-        ],
-        capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL,
-        env=_logs_under(tmp_path),
+    result = _promo(
+        tmp_path, "--pools", "2",
+        "--seconds", "4", "--time-scale", "0.1", "--replicas", "1", "--timeout", "5",
+        "--runs", "qos", "--json", str(figures),
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "| QoS, pool-a | P0 |" in result.stdout and "| QoS, pool-b | P2 |" in result.stdout
@@ -83,3 +78,28 @@ def test_a_short_flash_sale_with_two_pools_overloads_only_the_first(tmp_path):
         assert pool["p0"]["served"] == pool["p0"]["offered"], result.stdout
     assert overloaded["p2"]["shed"] > overloaded["p2"]["offered"] / 2
     assert calm["p1"]["shed"] == 0  # the overload of pool-a sheds nothing of pool-b's P1
+
+
+@pytest.mark.timeout(240)
+def test_a_short_flash_sale_runs_the_same_traffic_through_litellm(tmp_path):
+    # Slower mocks than above: one LiteLLM worker takes far more CPU a request than the
+    # sidecar, and this machine has two cores.
+    figures = tmp_path / "promo.json"
+    result = _promo(
+        tmp_path,
+        "--seconds", "6", "--time-scale", "0.5", "--replicas", "1", "--timeout", "10",
+        "--runs", "qos,litellm", "--json", str(figures), timeout=230,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| LiteLLM | P0 |" in result.stdout
+    saved = json.loads(figures.read_text())
+    runs = saved["runs"]
+    for tier in ("p0", "p1", "p2"):
+        row = runs["LiteLLM"][tier]
+        assert row["offered"] == runs["QoS"][tier]["offered"]  # the same traffic
+        assert row["served"] + row["shed"] + row["errors"] == row["offered"]
+    # P2's key is allowed 5 % of the capacity a minute: LiteLLM refuses the rest with 429s.
+    assert runs["LiteLLM"]["p2"]["shed"] > 0
+    assert "LiteLLM: shed as 429 Too Many Requests" in result.stdout
+    cpu = saved["gateway_cpu_ms_per_request"]
+    assert set(cpu) == {"QoS", "LiteLLM"} and all(ms > 0 for ms in cpu.values()), cpu

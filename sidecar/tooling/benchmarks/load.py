@@ -21,6 +21,7 @@ from sidecar.tooling.benchmarks.traffic import PlannedRequest, chat_body
 
 SERVED, SHED, ERROR = "served", "shed", "error"
 DECISION_HEADER = "x-qos-decision"
+TOO_MANY_REQUESTS = 429
 OVERFLOW_HEADER = "x-qos-overflow"  # the pool that served a request its own pool shed
 # A chunk that carries text (vLLM's role-only first chunk and usage chunk carry none).
 CONTENT, EMPTY_CONTENT = b'"content":', b'"content":""'
@@ -110,6 +111,9 @@ async def send(
             if decision is not None:  # the gateway answered: a fallback or a refusal
                 await response.read()
                 return outcome(SHED, decision)
+            if response.status == TOO_MANY_REQUESTS:  # a peer gateway's limit refused it
+                await response.read()
+                return outcome(SHED, "429 Too Many Requests")
             if response.status != 200:
                 await response.read()
                 return outcome(ERROR, f"HTTP {response.status}")

@@ -34,7 +34,7 @@ from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
-from sidecar.tooling.benchmarks import field_tool, report, screenshots
+from sidecar.tooling.benchmarks import field_tool, litellm_peer, report, screenshots
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks.busy import BusyShare, metric_values
 from sidecar.tooling.benchmarks.field_sale import SEATS, FieldSale
@@ -44,10 +44,11 @@ from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.tooling.benchmarks.traffic import PlannedRequest, mean_prompt_tokens, plan
 from sidecar.tooling.mockvllm.server import Settings as MockSettings
 from sidecar.tooling.stack import envoy_config, readiness
-from sidecar.tooling.stack.processes import ManagedProcess, StackError
+from sidecar.tooling.stack.processes import ManagedProcess, StackError, tree_cpu_seconds
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
 NO_QOS, QOS = "no QoS", "QoS"
+LITELLM = "LiteLLM"  # the peer gateway, LiteLLM's proxy (litellm_peer.py)
 # The sale through the sidecar with its wait forecast off (queue.foresee_waits).
 QOS_NO_FORECAST = "QoS, no forecast"
 PROBE_KEY = "promo-probe"
@@ -109,7 +110,10 @@ class Settings:
         "lends P0's budget (default: the tiers' defaults)",
     )
     runs: str = setting(
-        "qos,no-qos", None, "which runs, in this order: qos, qos-no-forecast, no-qos"
+        "qos,no-qos",
+        None,
+        "which runs, in this order: qos, qos-no-forecast, no-qos, litellm (LiteLLM's "
+        "proxy in front of the same engines, from its own venv: scripts/setup-litellm.sh)",
     )
     load_tool: str = setting(
         "ours",
@@ -244,6 +248,14 @@ def main(settings: Settings) -> int:
         raise SystemExit("--overflow needs --pools 2 or more: a pool to overflow to")
     if settings.engine == "vllm" and settings.pools:
         raise SystemExit("--pools are made of mocks: use them without --engine vllm")
+    if LITELLM in _runs(settings.runs):
+        if settings.pools:
+            raise SystemExit("--runs litellm fronts one pool: use it without --pools")
+        if not (litellm_peer.venv() / "bin" / "litellm").exists():
+            raise SystemExit(
+                f"LiteLLM's proxy is not installed in {litellm_peer.venv()}: "
+                "run scripts/setup-litellm.sh"
+            )
     work = Path(tempfile.mkdtemp(prefix="qos-promo-"))
     with contextlib.ExitStack() as started:
         try:
@@ -293,6 +305,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     probes: dict[str, dict] = {}
     settlement: dict[str, dict[str, float]] = {}
     busy_shares: dict[str, float | None] = {}
+    gateway_cpu_ms: dict[str, float] = {}  # per request offered
     try:
         with Stack(options) as stack:
             if field is not None:
@@ -309,10 +322,16 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             stack.processes.append(start_envoy(plain, work, admin_port, name="envoy-no-qos"))
             urls = {NO_QOS: f"http://127.0.0.1:{port}"}
             urls |= dict.fromkeys((QOS, QOS_NO_FORECAST), stack.envoy_url)
+            gateways = {NO_QOS: [stack.process("envoy-no-qos").pid]}
+            qos_pids = [stack.process("sidecar").pid, stack.process("envoy").pid]
+            gateways |= dict.fromkeys((QOS, QOS_NO_FORECAST), qos_pids)
+            if LITELLM in _runs(settings.runs):
+                urls[LITELLM], gateways[LITELLM] = _start_litellm(stack, settings, fleet, work)
             for run in _runs(settings.runs):
                 url = urls[run]
-                admin = stack.sidecar_admin_url if run != NO_QOS else ""
-                if run != NO_QOS:
+                through_qos = run in (QOS, QOS_NO_FORECAST)
+                admin = stack.sidecar_admin_url if through_qos else ""
+                if through_qos:
                     forecast = {"queue": {"foresee_waits": run == QOS}}
                     stack.config.set({**configuration(settings, fleet), **overflow, **forecast})
                     stack.config.forget_latencies()  # each QoS run steers from scratch
@@ -330,11 +349,14 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                         Path(settings.screenshots),
                     )
                 busy = BusyShare(stack.engine_urls, settings.seconds).start()
+                cpu = _cpu_seconds(gateways[run])
                 if field is not None:
                     outcomes[run], tool_figures[run] = field.run(run, url)
                 else:
                     progress = _progress(run, settings.seconds, admin)
                     outcomes[run] = asyncio.run(offer(url, requests, settings.timeout, progress))
+                cpu = _cpu_seconds(gateways[run]) - cpu
+                gateway_cpu_ms[run] = 1e3 * cpu / max(1, len(outcomes[run]))
                 busy_shares[run] = busy.share()
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 if shots is not None:
@@ -356,6 +378,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     if tool_figures:
         print("\nvllm bench serve's figures, beside this harness's reading of its requests:")
         print(field_tool.table(tool_figures, summaries))
+    for run, ms in gateway_cpu_ms.items():
+        print(f"{run}: the gateway's processes spent {ms:.2f} ms of CPU per request")
     for run, share in busy_shares.items():
         if share is not None:
             print(f"{run}: the GPUs were busy {share:.1%} of the sale's {settings.seconds:g} s")
@@ -405,6 +429,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             "gateway_shed_ms": gateway_sheds,
             "output_settlement": settlement,
             "gpu_busy_share": busy_shares,
+            "gateway_cpu_ms_per_request": gateway_cpu_ms,
             "load_tool": tool_figures,
             "timelines": timelines,
         }
@@ -428,6 +453,29 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         plot(timelines, Path(settings.plot), title, slo)
         print(f"plot: {settings.plot}")
     return 0
+
+
+def _start_litellm(
+    stack: Stack, settings: Settings, fleet: Fleet, work: Path
+) -> tuple[str, list[int]]:
+    """LiteLLM's proxy in front of the stack's engines, sharing its Redis; its URL and PID."""
+    defaults = QosConfig().tiers
+    shares = _shares(settings.shares) or [defaults.p0.share, defaults.p1.share, defaults.p2.share]
+    setup = litellm_peer.for_sale(
+        fleet,
+        dict(zip(report.TIERS, shares, strict=True)),
+        stack.engine_urls,
+        stack.options.redis_port,
+        settings.timeout,
+    )
+    port = free_port()
+    proxy = litellm_peer.start(setup.write(work / "litellm"), port, work / "litellm.log")
+    stack.processes.append(proxy)
+    return f"http://127.0.0.1:{port}", [proxy.pid]
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    return sum(tree_cpu_seconds(pid) for pid in pids)
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -511,7 +559,12 @@ def _probe_result(process: subprocess.Popen) -> dict:
 
 
 def _runs(names: str) -> list[str]:
-    known = {"no-qos": NO_QOS, "qos": QOS, "qos-no-forecast": QOS_NO_FORECAST}
+    known = {
+        "no-qos": NO_QOS,
+        "qos": QOS,
+        "qos-no-forecast": QOS_NO_FORECAST,
+        "litellm": LITELLM,
+    }
     runs = [name.strip() for name in names.split(",") if name.strip()]
     unknown = [name for name in runs if name not in known]
     if unknown or not runs:

@@ -97,11 +97,11 @@ class ManagedProcess:
         if _reaper is not None:  # its own session: its pid names its process group
             _reaper.started(self._process.pid)
 
-    def start_ready(self, check: Callable[[], bool]) -> ManagedProcess:
+    def start_ready(self, check: Callable[[], bool], timeout: float = 30.0) -> ManagedProcess:
         """Start, and wait until `check` holds; a process that never gets there is stopped."""
         self.start()
         try:
-            self.wait_ready(check)
+            self.wait_ready(check, timeout)
         except BaseException:
             self.stop()
             raise
