@@ -10,6 +10,12 @@ the gateways admitted beyond that is its overshoot. Run twice: with admissions f
 bucket's known headroom (the default: most decisions do not wait on Redis, which is
 charged behind) and with every decision asking Redis (`--charge-behind-ms 0`).
 
+Then the same through LiteLLM's proxy (`--modes ...,litellm`; litellm_peer.py): N
+proxies of `--processes` workers sharing the Redis, each tenant a key whose `tpm_limit`
+is its rate. LiteLLM counts a key's tokens (prompt and answer, from the usage) in a
+window of a minute from its first request, so that run lasts `--litellm-seconds` (55:
+one window) and its allowance is the limit, one minute of the rate.
+
 Run: .venv/bin/python bench/shared_budget.py [--gateways 4] [--clients 100] [--seconds 20]
 """
 
@@ -28,15 +34,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from gateway import BODY, canned_stack, gateway_config
+from gateway import BODY, CANNED, canned_stack, gateway_config
 
 from sidecar.ports import free_port
 from sidecar.request.counting.estimate import estimate_prompt_tokens
+from sidecar.tooling.benchmarks import litellm_peer
+from sidecar.tooling.benchmarks.litellm_peer import KeyLimits, PeerSetup
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import Stack, start_envoy, start_sidecar
 
 MODES = {"headroom": [], "exact": ["--charge-behind-ms", "0"]}
 BURST_SECONDS = 1.0
+LITELLM = "litellm"
+LITELLM_WINDOW = 60.0  # seconds: its limiter's window (LITELLM_RATE_LIMIT_WINDOW_SIZE)
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,63 @@ def run_mode(
     statuses = asyncio.run(offer(urls, tenants, args.clients, args.seconds))
     window = time.monotonic() - started  # the last answers come a little after the window
     allowed = args.tenant_rps * cost * (window + BURST_SECONDS)
+    # Decisions a sidecar made on its share alone, Redis having missed its deadline.
+    switches = sum(
+        value
+        for admin in admins
+        for key, value in scrape(f"{admin}/metrics").items()
+        if key.startswith("qos_budget_mode_switches_total")
+    )
+    for process in stack.processes[-2 * args.gateways :]:
+        process.stop()
+    return tally(tenants, statuses, cost, allowed, window) | {"local_switches": switches}
+
+
+def run_litellm(
+    stack: Stack, work: Path, args: argparse.Namespace, upstream_port: int
+) -> dict[str, Any]:
+    """The same tenants and clients through LiteLLM's proxies, sharing the Redis."""
+    cost = CANNED["usage"]["total_tokens"]  # what LiteLLM counts of each answer
+    tenants = [
+        Tenant(f"litellm-{i}", f"sk-litellm-{i}", args.tenant_rps * cost)
+        for i in range(args.tenants)
+    ]
+    per_minute = [int(t.rate * LITELLM_WINDOW) for t in tenants]
+    keys = tuple(
+        KeyLimits(t.key, t.name, "p1", limit, 10**7)
+        for t, limit in zip(tenants, per_minute, strict=True)
+    )
+    upstream = (f"http://127.0.0.1:{upstream_port}",)
+    setup = PeerSetup(
+        "mock-llm", upstream, 10**12, 10**9, keys, "127.0.0.1", stack.options.redis_port, 30.0
+    )
+    config = setup.write(work / "litellm")
+    urls = []
+    for index in range(args.gateways):
+        port = free_port()
+        log = work / f"litellm-{index}.log"
+        stack.processes.append(litellm_peer.start(config, port, log, args.processes))
+        urls.append(f"http://127.0.0.1:{port}")
+    seconds = args.litellm_seconds
+    print(f"[{LITELLM}] {args.gateways} proxies, {args.clients} clients, {seconds:g} s ...")
+    started = time.monotonic()
+    statuses = asyncio.run(offer(urls, tenants, args.clients, seconds))
+    window = time.monotonic() - started
+    windows = -(-window // LITELLM_WINDOW)  # each a key's whole limit again
+    for process in stack.processes[-args.gateways :]:
+        process.stop()
+    result = tally(tenants, statuses, cost, per_minute[0] * windows, window)
+    return result | {"local_switches": 0}
+
+
+def tally(
+    tenants: list[Tenant],
+    statuses: dict[str, Counter[int]],
+    cost: int,
+    allowed: float,
+    window: float,
+) -> dict[str, Any]:
+    """Per tenant, the tokens admitted against those allowed."""
     rows = []
     for tenant in tenants:
         admitted = statuses[tenant.name][200] * cost
@@ -146,16 +213,7 @@ def run_mode(
                 },
             }
         )
-    # Decisions a sidecar made on its share alone, Redis having missed its deadline.
-    switches = sum(
-        value
-        for admin in admins
-        for key, value in scrape(f"{admin}/metrics").items()
-        if key.startswith("qos_budget_mode_switches_total")
-    )
-    for process in stack.processes[-2 * args.gateways :]:
-        process.stop()
-    return {"window_seconds": window, "tenants": rows, "local_switches": switches}
+    return {"window_seconds": window, "tenants": rows}
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
@@ -191,7 +249,10 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--tenant-rps", type=float, default=5.0, help="each tenant's budget")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--modes", default="headroom,exact")
+    parser.add_argument("--modes", default="headroom,exact,litellm")
+    parser.add_argument(
+        "--litellm-seconds", type=float, default=55.0, help="within one of its windows"
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     results = {}
@@ -199,7 +260,10 @@ def main() -> None:
         work = Path(tmp)
         with canned_stack(work) as (stack, upstream_port):
             for mode in args.modes.split(","):
-                results[mode] = run_mode(stack, work, mode, args, upstream_port)
+                if mode == LITELLM:
+                    results[mode] = run_litellm(stack, work, args, upstream_port)
+                else:
+                    results[mode] = run_mode(stack, work, mode, args, upstream_port)
     report(results, args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -155,10 +155,10 @@ def for_sale(
     )
 
 
-def start(config: Path, port: int, log: Path) -> ManagedProcess:
-    """The proxy on loopback, one worker, ready once it answers its liveness check."""
+def start(config: Path, port: int, log: Path, workers: int = 1) -> ManagedProcess:
+    """The proxy on loopback, ready once it answers its liveness check."""
     argv = [str(venv() / "bin" / "litellm"), "--config", str(config), "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--num_workers", "1"]
+    argv += ["--port", str(port), "--num_workers", str(workers)]
     quiet = {"LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_TELEMETRY": "False"}
     proxy = ManagedProcess("litellm", argv, log, env=quiet)
     return proxy.start_ready(lambda: _alive(port), timeout=120)
