@@ -6,13 +6,11 @@ same requests, where a fallback is never served."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sidecar.tooling.engine import workspace
+from tests.bench_command import run_bench
 
 pytestmark = [pytest.mark.engine]
 
@@ -20,14 +18,10 @@ pytestmark = [pytest.mark.engine]
 @pytest.mark.timeout(600)
 def test_the_sale_offered_by_vllm_bench_serve_reports_both_readings(tmp_path):
     figures = tmp_path / "promo.json"
-    result = subprocess.run(
-        [
-            sys.executable, "-m", "sidecar", "bench", "promo", "--load-tool", "vllm",
-            "--seconds", "4", "--replicas", "1", "--runs", "qos,no-qos",
-            "--json", str(figures),
-        ],
-        capture_output=True, text=True, timeout=580, stdin=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(tmp_path), "QOS_ENGINE_VENV": str(workspace.venv())},
+    result = run_bench(
+        tmp_path, "promo", "--load-tool", "vllm", "--seconds", "4", "--replicas", "1",
+        "--runs", "qos,no-qos", "--json", str(figures),
+        timeout=580, env={"QOS_ENGINE_VENV": str(workspace.venv())},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "they serve" in result.stdout and "requests/s of it" in result.stdout

@@ -4,23 +4,17 @@ the same traffic goes through each, and the table, JSON and plot come out."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
+
+from tests.bench_command import run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def _promo(tmp_path, *args: str, timeout: float = 170) -> subprocess.CompletedProcess:
-    """`bench promo` with these arguments. It keeps its logs in a directory of its own
-    under TMPDIR for the user to read; under the test's directory, they go with it."""
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", "bench", "promo", *args],
-        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
+    return run_bench(tmp_path, "promo", *args, timeout=timeout)
 
 
 @pytest.mark.timeout(180)

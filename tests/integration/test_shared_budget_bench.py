@@ -4,12 +4,12 @@ on all of them, every answer counted and each tenant's admissions held to its bu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_command import run_bench
 
 pytestmark = pytest.mark.integration
 
@@ -17,11 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "shared_budget.py"
 
 
 def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True, text=True, timeout=230, stdin=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
+    return run_bench(tmp_path, str(BENCH), *args, timeout=230)
 
 
 @pytest.mark.timeout(240)
