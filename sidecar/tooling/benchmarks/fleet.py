@@ -108,37 +108,44 @@ def scaled(callers: tuple[Caller, ...], factor: int) -> tuple[Caller, ...]:
 
 
 def real_engines(
-    replicas: int, work_dir: Path, started: contextlib.ExitStack, measure_seconds: float
+    replicas: int,
+    work_dir: Path,
+    started: contextlib.ExitStack,
+    measure_seconds: float,
+    seats: int = ENGINE_SETTINGS.max_num_seqs,
 ) -> Fleet:
-    """vLLM engines serving the tiny model, ready (stopped when `started` closes), and
-    what they serve of the scaled mix, measured."""
-    factor = scale_for(ENGINE_SETTINGS.max_model_len)
+    """vLLM engines serving the tiny model with `seats` sequences each, ready (stopped
+    when `started` closes), and what they serve of the scaled mix, measured."""
+    engine = dataclasses.replace(ENGINE_SETTINGS, max_num_seqs=seats)
+    factor = scale_for(engine.max_model_len)
     callers = scaled(CALLERS, factor)
     urls = []
     for index in range(replicas):
         print(f"starting vLLM {index + 1} of {replicas} (model: {vllm.model()}) ...", flush=True)
         url, _process = started.enter_context(
-            vllm.serving(ENGINE_SETTINGS, work_dir, name=f"vllm-{index + 1}")
+            vllm.serving(engine, work_dir, name=f"vllm-{index + 1}")
         )
         urls.append(url)
     print(f"measuring what they serve of the mix, for {measure_seconds:g} s ...", flush=True)
-    capacity = asyncio.run(served_per_second(urls, callers, measure_seconds))
+    capacity = asyncio.run(served_per_second(urls, callers, measure_seconds, seats))
     print(f"they serve {capacity:.2f} requests/s of the mix", flush=True)
     return Fleet(
         f"{replicas} vLLM CPU engine{'s' if replicas > 1 else ''}",
-        f"{ENGINE_SETTINGS.max_num_seqs} sequences each, prompts {factor}x shorter",
+        f"{seats} sequences each, prompts {factor}x shorter",
         callers,
         capacity,
-        RunningEngines(tuple(urls), ENGINE_SETTINGS.scheduling_policy),
+        RunningEngines(tuple(urls), engine.scheduling_policy),
         factor,
     )
 
 
-async def served_per_second(urls: list[str], callers: tuple[Caller, ...], seconds: float) -> float:
+async def served_per_second(
+    urls: list[str], callers: tuple[Caller, ...], seconds: float, seats: int
+) -> float:
     """Requests a second the engines finish when kept full of the mix: each engine has
     twice as many requests in flight as it runs at once, so it never waits for work. What
     finishes in the first fifth of the time (filling them) or after it is not counted."""
-    in_flight = 2 * ENGINE_SETTINGS.max_num_seqs
+    in_flight = 2 * seats
     requests = plan(100.0, 1000.0, seed=1, callers=callers)  # drawn from, in order
     finished: list[float] = []
     started = time.monotonic()

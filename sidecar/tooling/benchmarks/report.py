@@ -75,7 +75,7 @@ COLUMNS = (
 
 
 def table(runs: dict[str, dict[str, dict]]) -> str:
-    """A Markdown table: one row per run and tier."""
+    """A Markdown table: one row per run and tier offered anything."""
     lines = [
         "| run | tier | " + " | ".join(title for _, title, _ in COLUMNS) + " |",
         "|---|---|" + "---:|" * len(COLUMNS),
@@ -83,6 +83,8 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     for run, summary in runs.items():
         for tier in TIERS:
             row = summary[tier]
+            if not row["offered"]:
+                continue
             cells = ["-" if row[key] is None else form.format(row[key]) for key, _, form in COLUMNS]
             lines.append(f"| {run} | {tier.upper()} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -73,12 +73,13 @@ def plan(
     requests, at = [], rng.expovariate(rate)
     while at < seconds:
         caller = rng.choices(callers, weights)[0]
-        requests.append(PlannedRequest(at, caller, _prompt_tokens(caller, rng), model, pool))
+        requests.append(PlannedRequest(at, caller, draw_prompt_tokens(caller, rng), model, pool))
         at += rng.expovariate(rate)
     return requests
 
 
-def _prompt_tokens(caller: Caller, rng: random.Random) -> int:
+def draw_prompt_tokens(caller: Caller, rng: random.Random) -> int:
+    """One of the caller's prompt lengths, drawn from its spread."""
     if rng.random() < caller.very_long_share:
         return rng.randint(*caller.very_long_range)
     low, high = caller.prompt_range
