@@ -75,8 +75,21 @@ async def test_whole_and_streamed_answers_settle_from_vllm_s_usage(settle_stack,
         await until(
             lambda b=before: settlement_counts(settle_stack)[1] == b + ANSWER_TOKENS, 30, "exact"
         )
-        assert normalised(through) == normalised(await raw_stream(idle_engine.url, sent, None))
+        direct = await raw_stream(idle_engine.url, sent, None)
+        assert shape(through) == shape(direct), (interval, through[-600:], direct[-600:])
     assert settlement_counts(settle_stack)[2] == estimated
+
+
+def shape(stream: bytes) -> list:
+    """The stream, event for event (ids, times and words blanked), with runs of alike
+    chunks taken as one: how vLLM groups tokens by stream_interval depends on when its
+    output processor catches up with the engine, so two streams of one request may split
+    their tokens differently; what each kind of chunk carries, in order, may not."""
+    kinds: list = []
+    for event in normalised(stream).split(b"\n\n"):
+        if event and (not kinds or kinds[-1] != event):
+            kinds.append(event)
+    return kinds
 
 
 async def raw_stream(url: str, sent: dict, key: str | None) -> bytes:
