@@ -1,7 +1,8 @@
 """How busy the engines were during a sale: the mock engines count the seconds they spend
 computing steps (`mock:engine_busy_seconds_total`); over the sale's seconds and engines,
 that is the GPUs' busy share, so shedding more than the GPUs needed shows as idle GPUs.
-Engines that keep no such count (vLLM itself) give no share."""
+Engines that keep no such count (vLLM itself) give no share. And when they are idle
+again, so that the next run starts on idle engines."""
 
 from __future__ import annotations
 
@@ -61,3 +62,18 @@ class BusyShare:
             return None
         busy, wall = self._span
         return busy / (wall * len(self._urls))
+
+
+def wait_until_idle(engine_urls: Sequence[str], within: float = 120.0) -> None:
+    """Until no engine runs or queues anything: the next run starts on idle engines."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if all(_requests_on(url) == 0 for url in engine_urls):
+            return
+        time.sleep(0.2)
+    raise SystemExit("the engines did not drain between the runs")
+
+
+def _requests_on(engine_url: str) -> float:
+    running = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    return sum(metric_values(engine_url, running))

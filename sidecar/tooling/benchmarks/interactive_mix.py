@@ -18,24 +18,20 @@ import asyncio
 import contextlib
 import json
 import random
-import signal
 import tempfile
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sidecar.config.base import Tier
-from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks import report
+from sidecar.tooling.benchmarks.busy import wait_until_idle
 from sidecar.tooling.benchmarks.fleet import Fleet
-from sidecar.tooling.benchmarks.load import SHED, Outcome, offer
-from sidecar.tooling.benchmarks.promo import _wait_until_idle
+from sidecar.tooling.benchmarks.load import Outcome, offer
 from sidecar.tooling.benchmarks.traffic import PlannedRequest, draw_prompt_tokens, plan
 from sidecar.tooling.stack import envoy_config
-from sidecar.tooling.stack.processes import StackError
+from sidecar.tooling.stack.processes import StackError, stop_on_sigterm
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
 ALONE, NO_QOS = "interactive alone, no QoS", "no QoS"
@@ -122,7 +118,7 @@ def configuration(settings: Settings, fleet: Fleet) -> dict:
 
 
 def main(settings: Settings) -> int:
-    signal.signal(signal.SIGTERM, _interrupted)
+    stop_on_sigterm()
     if settings.engine not in ("mock", "vllm"):
         raise SystemExit(f"--engine is mock or vllm, not {settings.engine!r}")
     if not 0 < settings.interactive_seats < settings.seats:
@@ -179,20 +175,17 @@ def _runs(settings: Settings, fleet: Fleet, work: Path) -> dict[str, list[Outcom
         ):
             print(f"[{run}] offering load through {url} ...", flush=True)
             outcomes[run] = asyncio.run(offer(url, requests, settings.timeout))
-            _wait_until_idle(stack.engine_urls, within=300)
+            wait_until_idle(stack.engine_urls, within=300)
     return outcomes
 
 
 def _report(settings: Settings, fleet: Fleet, outcomes: dict[str, list[Outcome]]) -> None:
-    targets = QosConfig().slo.targets
-    ttft_slo_ms = {tier: targets[Tier(tier)].ttft_ms for tier in report.TIERS}
+    ttft_slo_ms = report.ttft_targets()
     summaries = {run: report.summarize(found, ttft_slo_ms) for run, found in outcomes.items()}
     print()
     print(report.table(summaries))
     for run, found in outcomes.items():
-        reasons = Counter(o.detail for o in found if o.result == SHED)
-        if reasons:
-            said = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
+        if said := report.shed_reasons(found):
             print(f"{run}: shed as {said}")
     print(
         "\n| run | interactive TTFT p50 | p99 | p99 / alone | batch served | "
@@ -230,7 +223,3 @@ def _ms(value: float | int | None) -> str:
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}x"
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -17,11 +17,7 @@ from typing import Any
 KEYS_FILE = Path(__file__).with_name("keys.json")
 
 
-def _keys() -> dict[str, dict[str, Any]]:
-    return json.loads(KEYS_FILE.read_text())
-
-
-_KEYS = _keys() if KEYS_FILE.exists() else {}
+_KEYS: dict[str, dict[str, Any]] = json.loads(KEYS_FILE.read_text()) if KEYS_FILE.exists() else {}
 _BY_TENANT = {entry["tenant"]: entry for entry in _KEYS.values()}
 
 

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from sidecar.tooling.benchmarks import litellm_hooks
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.traffic import mean_prompt_tokens
 from sidecar.tooling.engine.vllm import SERVED_MODEL
+from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.processes import ManagedProcess
 
 VERSION = "1.108.7"  # the newest whose `proxy` extra installs from PyPI here
@@ -161,13 +161,5 @@ def start(config: Path, port: int, log: Path, workers: int = 1) -> ManagedProces
     argv += ["--port", str(port), "--num_workers", str(workers)]
     quiet = {"LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_TELEMETRY": "False"}
     proxy = ManagedProcess("litellm", argv, log, env=quiet)
-    return proxy.start_ready(lambda: _alive(port), timeout=120)
-
-
-def _alive(port: int) -> bool:
-    try:
-        url = f"http://127.0.0.1:{port}/health/liveliness"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    alive = f"http://127.0.0.1:{port}/health/liveliness"
+    return proxy.start_ready(lambda: readiness.http_ok(alive), timeout=120)

@@ -15,14 +15,13 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
 from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import field_tool, litellm_peer, report, screenshots
 from sidecar.tooling.benchmarks import fleet as fleets
-from sidecar.tooling.benchmarks.busy import BusyShare, metric_values
+from sidecar.tooling.benchmarks.busy import BusyShare, wait_until_idle
 from sidecar.tooling.benchmarks.field_sale import SEATS, FieldSale
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
@@ -44,7 +42,12 @@ from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome, offer
 from sidecar.tooling.benchmarks.traffic import PlannedRequest, mean_prompt_tokens, plan
 from sidecar.tooling.mockvllm.server import Settings as MockSettings
 from sidecar.tooling.stack import envoy_config, readiness
-from sidecar.tooling.stack.processes import ManagedProcess, StackError, tree_cpu_seconds
+from sidecar.tooling.stack.processes import (
+    ManagedProcess,
+    StackError,
+    stop_on_sigterm,
+    tree_cpu_seconds,
+)
 from sidecar.tooling.stack.stack import Stack, StackOptions, start_envoy
 
 NO_QOS, QOS = "no QoS", "QoS"
@@ -235,9 +238,7 @@ def _by_pool(runs: dict[str, list[Outcome]], pools: tuple[str, ...]) -> dict[str
 
 
 def main(settings: Settings) -> int:
-    # A SIGTERM stops the bench as Ctrl-C does: through the stack's clean-up, so the
-    # servers it started do not outlive it.
-    signal.signal(signal.SIGTERM, _interrupted)
+    stop_on_sigterm()
     if settings.engine not in ("mock", "vllm"):
         raise SystemExit(f"--engine is mock or vllm, not {settings.engine!r}")
     if settings.load_tool not in ("ours", "vllm"):
@@ -361,7 +362,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
                 probes.update({name: _probe_result(p) for name, p in probing.items()})
                 if shots is not None:
                     shots.join(timeout=120)  # before the stack they look at stops
-                _wait_until_idle(stack.engine_urls)
+                wait_until_idle(stack.engine_urls)
                 if run == QOS:
                     _keep_sidecar_metrics(stack.sidecar_admin_url, work / "sidecar-metrics.txt")
                 if run == QOS and settings.output_weight > 0:
@@ -370,8 +371,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         print(f"the stack did not start: {error}")
         return 1
     views = _by_pool(outcomes, options.pool_names)
-    slo_targets = QosConfig().slo.targets
-    ttft_slo_ms = {tier: slo_targets[Tier(tier)].ttft_ms for tier in report.TIERS}
+    ttft_slo_ms = report.ttft_targets()
     summaries = {run: report.summarize(result, ttft_slo_ms) for run, result in views.items()}
     print()
     print(report.table(summaries))
@@ -384,9 +384,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
         if share is not None:
             print(f"{run}: the GPUs were busy {share:.1%} of the sale's {settings.seconds:g} s")
     for run, result in views.items():
-        reasons = Counter(o.detail for o in result if o.result == SHED)
-        if reasons:
-            said = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
+        if said := report.shed_reasons(result):
             print(f"{run}: shed as {said}")
     for run, result in views.items():
         moved = Counter((o.tier, o.served_by) for o in result if o.served_by)
@@ -476,10 +474,6 @@ def _start_litellm(
 
 def _cpu_seconds(pids: list[int]) -> float:
     return sum(tree_cpu_seconds(pid) for pid in pids)
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def output_settlement(sidecar_admin_url: str) -> dict[str, dict[str, float]]:
@@ -595,18 +589,3 @@ def _progress(run: str, seconds: float, sidecar_admin_url: str = ""):
         )
 
     return show
-
-
-def _wait_until_idle(engine_urls: Sequence[str], within: float = 120.0) -> None:
-    """Until no replica runs or queues anything: the next run starts on idle GPUs."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if all(_requests_on(url) == 0 for url in engine_urls):
-            return
-        time.sleep(0.2)
-    raise SystemExit("the mock GPUs did not drain between the runs")
-
-
-def _requests_on(mock_url: str) -> float:
-    running = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-    return sum(metric_values(mock_url, running))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from sidecar.config.base import Tier
+from sidecar.config.schema import QosConfig
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome
 
 TIERS = ("p0", "p1", "p2")
@@ -17,6 +20,18 @@ def percentile(values: Iterable[float], q: float) -> float | None:
         return None
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1] * 1000
+
+
+def ttft_targets() -> dict[str, float]:
+    """Each tier's TTFT target in ms, the sidecar's default SLO: what "within SLO" means."""
+    targets = QosConfig().slo.targets
+    return {tier: targets[Tier(tier)].ttft_ms for tier in TIERS}
+
+
+def shed_reasons(outcomes: Iterable[Outcome]) -> str:
+    """Why the shed requests were shed, most frequent first ("" if none was)."""
+    reasons = Counter(o.detail for o in outcomes if o.result == SHED)
+    return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
 
 
 # A shed answered this fast was decided at once; slower, the request waited first.

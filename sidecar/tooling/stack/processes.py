@@ -51,6 +51,16 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def stop_on_sigterm() -> None:
+    """From now on a SIGTERM stops this process as Ctrl-C does: through its clean-up, so
+    the servers it started do not outlive it (the benches)."""
+    signal.signal(signal.SIGTERM, _as_interrupt)
+
+
+def _as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 # Told of every process started and stopped here, when set (`up`: stack/reaper.py).
 _reaper: Reaper | None = None
 
