@@ -382,8 +382,10 @@ async def test_under_a_backlog_both_serve_in_batches_of_their_seats_and_by_prior
         # Seats free a batch at a time: what the sidecar's release rate sees.
         assert timings["first batch's spread"] < 0.1
         assert timings["second batch's spread"] < 0.1
-        # As long as the first, give or take a busy machine's slower decode.
-        assert 0.7 < timings["second batch's length"] < 1.6
+        # A batch of its own, about as long as the first: all at once it would end with
+        # the first. A busy machine slows one batch and not the other (0.59 was seen
+        # beside two busy loops), so only the order of magnitude is held.
+        assert 0.4 < timings["second batch's length"] < 2.5
         # The better newcomer takes the first seat that frees, ahead of those queued;
         # the equal one waits behind them for the second batch's seats.
         assert -0.2 < timings["better's first token after the first batch"] < 0.3

@@ -107,8 +107,21 @@ def stack_with_tenant(
 REPORT_TOKEN = "test-report-token"
 
 
-def decision_count(sidecar_admin_url: str, outcome: str = "admit", reason: str = "") -> float:
-    """Decisions the sidecar counted with this outcome (and reason), over all tiers."""
+def decision_count(
+    sidecar_admin_url: str, outcome: str = "admit", reason: str = "", reach: float = 0.0
+) -> float:
+    """Decisions the sidecar counted with this outcome (and reason), over all tiers. With
+    `reach`, read until the count reaches it (10 s at most): a decision is counted just
+    after its answer is on its way, so its client may hear the answer first."""
+    deadline = time.monotonic() + 10.0
+    while (count := _decisions(sidecar_admin_url, outcome, reason)) < reach:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    return count
+
+
+def _decisions(sidecar_admin_url: str, outcome: str, reason: str) -> float:
     samples = scrape(f"{sidecar_admin_url}/metrics")
     wanted = f'outcome="{outcome}"'
     return sum(
@@ -148,8 +161,8 @@ def failed_open(stack: Stack) -> int:
     return _ext_proc_stats(stack)["failure_mode_allowed"]
 
 
-def admitted_count(sidecar_admin_url: str) -> float:
-    return decision_count(sidecar_admin_url, "admit", "admitted")
+def admitted_count(sidecar_admin_url: str, reach: float = 0.0) -> float:
+    return decision_count(sidecar_admin_url, "admit", "admitted", reach)
 
 
 async def cli(redis_url: str, *args: str, given: str | None = None) -> str:

@@ -177,7 +177,7 @@ async def test_ext_proc_without_the_token_decides_nothing_and_answers_503(stack)
     # slot back.
     status, body = await chat(stack.envoy_url)
     assert status == 200, body
-    assert decision_count(stack.sidecar_admin_url) == admitted + 1
+    assert decision_count(stack.sidecar_admin_url, reach=admitted + 1) == admitted + 1
     await wait_until(lambda: p1_in_flight(stack) == 0, what="Envoy's access log heard")
 
 
