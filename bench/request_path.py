@@ -39,9 +39,9 @@ from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.ports import free_port
-from sidecar.request.extproc.client import ExtProcClient, admitted
 from sidecar.server import SidecarServer
 from sidecar.settings import SidecarSettings
+from sidecar.tooling.extproc_client import ExtProcClient, admitted
 from sidecar.tooling.stack.redis_servers import start_redis_server
 
 # The package as imported: run with another venv's interpreter (`-P`), another
@@ -72,6 +72,7 @@ class Trace:
     calls: Counter[str] = field(default_factory=Counter)  # per module
     functions: set[tuple[str, str, int]] = field(default_factory=set)
     moves: int = 0
+    move_pairs: Counter[str] = field(default_factory=Counter)  # caller -> callee
 
     def profile(self, frame: FrameType, event: str, _arg: object) -> None:
         if event != "call":
@@ -97,6 +98,8 @@ class Trace:
         caller_module = module_name(caller.f_code.co_filename) if caller is not None else None
         if caller_module is not None and caller_module != module:
             self.moves += 1
+            assert caller is not None
+            self.move_pairs[f"{caller.f_code.co_qualname} -> {code.co_qualname}"] += 1
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -105,6 +108,7 @@ class Trace:
             "calls": sum(self.calls.values()),
             "moves_between_files": self.moves,
             "calls_per_module": dict(sorted(self.calls.items())),
+            "moves": dict(sorted(self.move_pairs.items())),
             "functions_per_module": {
                 module: sorted(name for of, name, _ in self.functions if of == module)
                 for module in sorted(self.calls)
