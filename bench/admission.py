@@ -31,11 +31,11 @@ from sidecar.config.watcher import ConfigWatcher
 from sidecar.deciders import build_decider
 from sidecar.ports import free_port
 from sidecar.request.admission.refunds import Refunds
-from sidecar.request.extproc.client import ExtProcClient, admitted
 from sidecar.request.limiter.redis_buckets import RedisTokenBuckets
 from sidecar.request.limiter.resilient import ResilientLimiter
 from sidecar.request.policy.decision import Admit, RequestView
 from sidecar.settings import SidecarSettings
+from sidecar.tooling.extproc_client import ExtProcClient, admitted
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar
 

@@ -53,12 +53,12 @@ import profiling
 import redis
 
 from sidecar.ports import free_port
-from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.processors import (
     split_environment,
     split_option,
     start_processor,
 )
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 from sidecar.tooling.stack import envoy_config
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds

@@ -37,9 +37,9 @@ import aiohttp
 from gateway import BODY, CANNED, canned_stack, gateway_config
 
 from sidecar.ports import free_port
-from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks import litellm_peer
 from sidecar.tooling.benchmarks.litellm_peer import KeyLimits, PeerSetup
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.stack import Stack, start_envoy, start_sidecar
 

@@ -38,8 +38,8 @@ from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.ports import free_port
-from sidecar.request.extproc.client import http_headers
 from sidecar.tooling.benchmarks.processors import split_option, start_processor
+from sidecar.tooling.extproc_client import http_headers
 from sidecar.tooling.stack.processes import ManagedProcess, tree_cpu_seconds
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar

@@ -13,8 +13,8 @@ from sidecar.loops.overload.shedding import SheddingState
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
 from sidecar.request.admission.refunds import Refunds
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.counting import PromptCounter
-from sidecar.request.counting.estimate import estimate
 from sidecar.request.limiter.buckets import Limiter
 from sidecar.request.policy.decision import AdmitAll, Decider
 from sidecar.request.queueing.queue import AdmissionQueue

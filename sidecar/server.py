@@ -29,8 +29,9 @@ from sidecar.config.disk_writer import LatestOnDisk
 from sidecar.config.file_watch import FileWatch
 from sidecar.config.operator_state import OperatorMode
 from sidecar.config.runtime_layer import RuntimeLayerService
+from sidecar.config.snapshot import Snapshot
 from sidecar.config.state_dir import StateDir
-from sidecar.config.store import ConfigStore, Snapshot
+from sidecar.config.store import ConfigStore
 from sidecar.config.watcher import ConfigWatcher, Source
 from sidecar.deciders import build_decider
 from sidecar.envoy_auth import EnvoyCredential, EnvoyOnly
@@ -60,7 +61,7 @@ from sidecar.request.admission.refunds import Refunds
 from sidecar.request.completion.access_log import AccessLogReceiver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
 from sidecar.request.extproc import tracing
-from sidecar.request.extproc.decision_log import DecisionLog
+from sidecar.request.extproc.decision_telemetry import DecisionLog
 from sidecar.request.extproc.servicer import ExternalProcessor
 from sidecar.request.limiter.headroom import Headroom
 from sidecar.request.limiter.overlimit import OverLimitCache
@@ -216,13 +217,13 @@ class SidecarServer:
         self.limiter = ResilientLimiter(
             RedisTokenBuckets(self.redis, self._budget_redis),
             self.redis,
-            lambda: self.queue.sidecars_alive,
+            self.queue.sidecars_alive,
             timeout=settings.redis_timeout_ms / 1000,
         )
         self.headroom = (
             Headroom(
                 self.limiter,
-                lambda: self.queue.sidecars_alive,
+                self.queue.sidecars_alive,
                 settings.charge_behind_ms / 1000,
             )
             if settings.charge_behind_ms > 0

@@ -1,4 +1,4 @@
-"""The checksum of what operators set, as Redis stores it (config/memory.py tells a part
+"""The checksum of what operators set, as Redis stores it (config/recovery.py tells a part
 lost or changed behind the version by it): the document, the mode, the controller's
 shares, the declared document's file, then the tenants, the API keys and the declared
 tenants' files. The record of changes and the controller's moves are history, not state,

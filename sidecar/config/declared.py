@@ -18,6 +18,7 @@ from sidecar.config.base import Strict
 from sidecar.config.files import Declared, DeclaredTenants
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import Snapshot
 from sidecar.config.store import (
     API_KEYS_KEY,
     AUDIT_KEPT,
@@ -28,7 +29,6 @@ from sidecar.config.store import (
     TENANTS_KEY,
     VERSION_KEY,
     ConfigStore,
-    Snapshot,
     StoreLost,
     tenant_keys_key,
 )

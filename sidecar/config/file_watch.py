@@ -37,7 +37,8 @@ from sidecar.config.declared import (
 )
 from sidecar.config.file_reader import read_apart
 from sidecar.config.files import FileRefused, Read
-from sidecar.config.store import ConfigStore, Snapshot, StoreLost
+from sidecar.config.snapshot import Snapshot
+from sidecar.config.store import ConfigStore, StoreLost
 from sidecar.config.watcher import ConfigWatcher
 
 log = logging.getLogger(__name__)

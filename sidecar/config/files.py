@@ -35,7 +35,7 @@ from pydantic import Field, ValidationError, field_validator
 from sidecar.config.base import Strict, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import hash_api_key as _hash
+from sidecar.config.snapshot import hash_api_key as _hash
 from sidecar.config.tenants import KEY, KEY_RULE, NAME
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

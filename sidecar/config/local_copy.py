@@ -25,7 +25,7 @@ from pathlib import Path
 from sidecar.config.base import Strict, Tier
 from sidecar.config.operator_state import OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

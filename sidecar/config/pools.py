@@ -45,10 +45,13 @@ class Pool:
     # The request fields beyond a prompt of text it takes (config/extras.py).
     extras: ExtrasConfig = field(default_factory=ExtrasConfig)
 
-    @property
-    def capacity_tokens_per_second(self) -> float:
-        """The configured figure; pods that report their own capacity override it."""
-        return self.fleet.capacity_tokens_per_second
+    # The configured figure; pods that report their own capacity override it.
+    capacity_tokens_per_second: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "capacity_tokens_per_second", self.fleet.capacity_tokens_per_second
+        )
 
 
 class PoolsInvalid(ValueError):

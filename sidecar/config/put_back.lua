@@ -1,7 +1,7 @@
--- Put back a configuration the store lost (config/memory.py), only while it is still lost
+-- Put back a configuration the store lost (config/recovery.py), only while it is still lost
 -- as the sidecar that holds it sees it: the first sidecar writes, the others find it back.
 -- Lost: no document or identity, behind the held version, a newer identity; or, when
--- the sidecar found parts lost or changed behind the held version (memory.py), the held
+-- the sidecar found parts lost or changed behind the held version (recovery.py), the held
 -- version with the checksum record as the sidecar found it (no other put back since).
 -- KEYS: identity, document, last good document, mode, shares, tenants, API keys, version,
 --       the declared document's file, the declared tenants' files, the record of

@@ -1,4 +1,4 @@
--- Record the checksum a sidecar holds for its version (config/memory.py), while the store
+-- Record the checksum a sidecar holds for its version (config/recovery.py), while the store
 -- is at that version and records otherwise. A record is "<version>:<checksum>:<nonce>":
 -- the nonce tells one put back's record from another's of the same state.
 -- KEYS: the version, the recorded checksum

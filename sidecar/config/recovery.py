@@ -37,6 +37,7 @@ import redis.asyncio as redis
 
 from sidecar.config import checksum
 from sidecar.config.audit import PROGRAM, Actor, AuditEntry, Changed
+from sidecar.config.snapshot import Snapshot
 from sidecar.config.store import (
     ADJUSTMENTS_KEY,
     API_KEYS_KEY,
@@ -55,7 +56,6 @@ from sidecar.config.store import (
     STORE_KEY,
     TENANTS_KEY,
     VERSION_KEY,
-    Snapshot,
     tenant_keys_key,
 )
 

@@ -8,7 +8,7 @@ controller sections in slo_config.py.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -119,9 +119,14 @@ class TiersConfig(Strict):
         vllm_priority=2,
     )
 
-    def __getitem__(self, tier: Tier) -> TierConfig:
-        # A StrEnum member is its value: .value would go through the enum's descriptor.
-        return getattr(self, tier)
+    if TYPE_CHECKING:
+
+        def __getitem__(self, tier: Tier) -> TierConfig: ...
+
+    else:
+        # The field by name, looked up in C: a StrEnum member is its value. Read on every
+        # decision, and no Python frame this way.
+        __getitem__ = object.__getattribute__
 
     @model_validator(mode="after")
     def _shares_fit_the_fleet(self) -> TiersConfig:

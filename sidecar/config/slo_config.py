@@ -27,8 +27,12 @@ class TierSlos(Strict):
     p1: TierSlo = TierSlo(ttft_ms=3000, latency_ms=30_000, compliance=0.95)
     p2: TierSlo = TierSlo(ttft_ms=10_000, latency_ms=120_000, compliance=0.90)
 
-    def __getitem__(self, tier: Tier) -> TierSlo:
-        return getattr(self, tier.value)
+    if TYPE_CHECKING:
+
+        def __getitem__(self, tier: Tier) -> TierSlo: ...
+
+    else:
+        __getitem__ = object.__getattribute__  # in C, as TiersConfig's (schema.py)
 
 
 class SloConfig(Strict):

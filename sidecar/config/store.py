@@ -8,7 +8,7 @@ so a missed message is caught within the poll interval.
 The store has an identity, made when it is first written. A writer that holds a
 snapshot (a sidecar: the SLO controller, the dashboard) writes only to the store it
 read, never to one that lost it (StoreLost: the sidecars put back what they hold,
-config/memory.py); a writer that holds none (a command) makes an empty store a new one.
+config/recovery.py); a writer that holds none (a command) makes an empty store a new one.
 
     qos:{qos-config}:doc             the QosConfig document, JSON
     qos:{qos-config}:doc-good        the last document written through ConfigStore (it
@@ -29,18 +29,16 @@ config/memory.py); a writer that holds none (a command) makes an empty store a n
     qos:{qos-config}:tenant-keys:N   set: the key hashes of tenant N
     qos:{qos-config}:checksum        "<version>:<sha256>:<nonce>": the checksum of what
                                      operators set (checksum.py), recorded for that
-                                     version, so a part lost behind it is told (memory.py)
+                                     version, so a part lost behind it is told (recovery.py)
     qos:config:changed               pub/sub channel, message: the new version
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -51,12 +49,10 @@ from sidecar.config import checksum, tenants
 from sidecar.config.audit import PROGRAM, Actor, AuditEntry, controller_entry, differences
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import OperatorMode, Tenant
-from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
-from sidecar.config.pools import resolve as resolve_pools
+from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.config.tenants import StoreLost
-from sidecar.routes.table import RouteTable
-from sidecar.routes.table import build as build_routes
 
 _PREFIX = "qos:{qos-config}"
 DOC_KEY = f"{_PREFIX}:doc"
@@ -92,10 +88,6 @@ def tenant_keys_key(tenant: str) -> str:
     return f"{_PREFIX}:tenant-keys:{tenant}"
 
 
-def hash_api_key(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()
-
-
 REPAIR_HINT = (
     "repair it with `qos-sidecar config set KEY VALUE` for each key named, "
     "or `qos-sidecar config import FILE`"
@@ -110,50 +102,6 @@ class ConfigInvalid(ValueError):
     def __init__(self, message: str, fallback: Snapshot | None = None) -> None:
         super().__init__(message)
         self.fallback = fallback
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    version: int
-    config: QosConfig = field(default_factory=QosConfig)
-    tenants: dict[str, Tenant] = field(default_factory=dict)
-    mode: OperatorMode = field(default_factory=OperatorMode)
-    # The SLO controller's shares per pool, for the pools where it has moved any.
-    shares: dict[str, dict[Tier, float]] | None = None
-    store_id: str = ""  # the identity of the store it was read from ("": none yet)
-    # The API keys' SHA-256 digests → their tenants, as the store held them.
-    api_keys: dict[str, str] = field(default_factory=dict)
-    # What files declare (config/files.py): the document's file, and each tenant's.
-    declared_config: str | None = None
-    declared_tenants: dict[str, str] = field(default_factory=dict)
-    # The record of changes (config/audit.py) and the controller's moves, newest first,
-    # as stored: put back with the rest, read when someone asks.
-    audit: tuple[str, ...] = field(default=(), compare=False)
-    moves: tuple[str, ...] = field(default=(), compare=False)
-    # The checksum of what it was read from (checksum.py; "": not known).
-    digest: str = field(default="", compare=False)
-    pools: Pools = field(init=False, repr=False, compare=False)
-    routes: RouteTable = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Once per version.
-        object.__setattr__(self, "pools", resolve_pools(self.config))
-        object.__setattr__(self, "routes", build_routes(self.config.routes))
-
-    @property
-    def default_pool(self) -> Pool:
-        return self.pools.default
-
-    def share(self, tier: Tier, pool: Pool | None = None) -> float:
-        pool = pool or self.default_pool
-        moved = (self.shares or {}).get(pool.name)
-        return moved[tier] if moved else pool.tiers[tier].share
-
-    def tier_rate(self, tier: Tier, pool: Pool | None = None) -> float:
-        """The tier's bucket refill rate in tokens a second, as the controller has it, at
-        the pool's configured capacity."""
-        pool = pool or self.default_pool
-        return self.share(tier, pool) * pool.capacity_tokens_per_second
 
 
 class ConfigStore:

@@ -1,5 +1,5 @@
 """Keeps a sidecar's copy of the configuration current: pub/sub plus a version poll; and
-puts it back when Redis lost it (config/memory.py).
+puts it back when Redis lost it (config/recovery.py).
 
 It starts from the last known good copy on disk (config/local_copy.py) when there is
 one, so a sidecar started while Redis is away decides on what operators set. With no
@@ -19,15 +19,15 @@ from collections.abc import Callable
 import redis.asyncio as redis
 
 from sidecar import redis_errors
-from sidecar.config import memory
+from sidecar.config import recovery
 from sidecar.config.audit import PROGRAM, Actor, AuditEntry
 from sidecar.config.operator_state import Mode, OperatorMode
+from sidecar.config.snapshot import Snapshot
 from sidecar.config.store import (
     CHANGED_CHANNEL,
     REPAIR_HINT,
     ConfigInvalid,
     ConfigStore,
-    Snapshot,
 )
 
 log = logging.getLogger(__name__)
@@ -160,10 +160,10 @@ class ConfigWatcher:
     async def refresh(self) -> None:
         """Load the configuration if its version moved on since the last load."""
         async with self._lock:
-            state = await memory.read_state(self._redis)
+            state = await recovery.read_state(self._redis)
             self.unreached = None
             held = self.current
-            if memory.lost(held, state):
+            if recovery.lost(held, state):
                 # What Redis lost is not a new configuration: keep the one held, and put
                 # it back (or find it put back by another sidecar at the next look).
                 await self._put_back(held, state)
@@ -213,11 +213,11 @@ class ConfigWatcher:
 
     async def check(self) -> None:
         """Check the store as a whole: a part lost or changed behind the version held is
-        put back (memory.py); the checksum held is recorded for the commands to check."""
+        put back (recovery.py); the checksum held is recorded for the commands to check."""
         held = self.current
         if not held.digest:
             return
-        found = await memory.check(self._redis)
+        found = await recovery.check(self._redis)
         if found is None or (found.identity, found.version) != (held.store_id, held.version):
             return  # moved on, or lost as a whole: refresh() sees to it
         async with self._lock:
@@ -225,20 +225,22 @@ class ConfigWatcher:
                 return  # loaded or put back meanwhile
             if found.digest == held.digest:
                 if found.recorded_for(held.version) != held.digest:
-                    await memory.record(self._redis, held)
-            elif memory.partly_lost(held, found):
+                    await recovery.record(self._redis, held)
+            elif recovery.partly_lost(held, found):
                 await self._put_back(held, found)
             else:
                 # Put back by another sidecar, which recorded it: the same state as it
                 # wrote it out.
                 self.current = dataclasses.replace(held, digest=found.digest)
 
-    async def _put_back(self, held: Snapshot, found: memory.StoreState | memory.StateCheck) -> None:
-        written = await memory.put_back(self._redis, held, found, self._actor)
+    async def _put_back(
+        self, held: Snapshot, found: recovery.StoreState | recovery.StateCheck
+    ) -> None:
+        written = await recovery.put_back(self._redis, held, found, self._actor)
         if written is None:
             return  # another sidecar came first, or the store is no longer lost
         self.current = written
-        if isinstance(found, memory.StateCheck):
+        if isinstance(found, recovery.StateCheck):
             log.warning(
                 "Redis had lost or changed parts of the configuration behind its version "
                 "%s: put back what version %s holds, with its %s tenants and %s API keys",
@@ -262,7 +264,7 @@ class ConfigWatcher:
             listener(written)
 
     async def _poll(self) -> None:
-        next_check = time.monotonic() + memory.CHECK_SECONDS
+        next_check = time.monotonic() + recovery.CHECK_SECONDS
         while True:
             await asyncio.sleep(self._poll_seconds)
             with contextlib.suppress(redis.RedisError):
@@ -271,7 +273,7 @@ class ConfigWatcher:
                     started = time.monotonic()
                     await self.check()
                     took = time.monotonic() - started
-                    next_check = time.monotonic() + max(memory.CHECK_SECONDS, 100 * took)
+                    next_check = time.monotonic() + max(recovery.CHECK_SECONDS, 100 * took)
 
     async def _listen(self) -> None:
         while True:

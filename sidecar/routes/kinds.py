@@ -15,6 +15,8 @@ class Api(enum.StrEnum):
 
 
 class RouteKind(enum.StrEnum):
+    api: Api  # whose shapes its answers take: set once, below, a field rather than a lookup
+
     CHAT = "chat"  # OpenAI chat completions
     COMPLETIONS = "completions"  # OpenAI (text) completions
     CHAT_BATCH = "chat_batch"  # vLLM: many conversations in one request
@@ -27,10 +29,6 @@ class RouteKind(enum.StrEnum):
     GENERATE = "generate"  # vLLM's tokens-in generate, SGLang's and TGI's /generate
     PASS = "pass"  # no GPU work: identified and tagged, sent on uncharged
     REFUSE = "refuse"  # not served through the gateway: a 404
-
-    @property
-    def api(self) -> Api:
-        return _API.get(self, Api.OPENAI)
 
     @property
     def charged(self) -> bool:
@@ -47,3 +45,5 @@ _API = {
     RouteKind.COHERE_CHAT: Api.COHERE,
     RouteKind.GENERATE: Api.TGI,
 }
+for _kind in RouteKind:
+    _kind.api = _API.get(_kind, Api.OPENAI)

@@ -13,8 +13,8 @@ import bpe_openai
 import pytest
 
 from sidecar.request.bodies.read import read
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.counting.chat_form import chat_forms
-from sidecar.request.counting.estimate import estimate
 from sidecar.request.counting.exact import ExactCounter
 from sidecar.routes.table import RouteTable
 from sidecar.tooling.engine import vllm

@@ -13,7 +13,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 from sidecar.ports import free_port
-from sidecar.request.policy.inference_extension import DESTINATION_HEADER
+from sidecar.request.policy.scheduling import DESTINATION_HEADER
 from sidecar.tooling.stack.admin_client import scrape
 
 

@@ -13,8 +13,9 @@ import redis
 import redis.asyncio as aioredis
 import yaml
 
-from sidecar.config.store import ConfigStore, hash_api_key
-from sidecar.request.extproc.client import ExtProcClient
+from sidecar.config.snapshot import hash_api_key
+from sidecar.config.store import ConfigStore
+from sidecar.tooling.extproc_client import ExtProcClient
 from sidecar.tooling.stack.admin_client import scrape, sidecar_config_version
 from tests.integration.helpers import (
     SteadyLoad,

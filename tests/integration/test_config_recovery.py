@@ -13,9 +13,10 @@ from sidecar.config.audit import Actor
 from sidecar.config.base import Tier
 from sidecar.config.declared import StoreMoved, plan, write_tenants
 from sidecar.config.files import read_tenants
-from sidecar.config.memory import check, partly_lost, put_back, read_state, record
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
+from sidecar.config.recovery import check, partly_lost, put_back, read_state, record
 from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import hash_api_key
 from sidecar.config.store import (
     API_KEYS_KEY,
     DOC_KEY,
@@ -23,7 +24,6 @@ from sidecar.config.store import (
     TENANTS_KEY,
     ConfigStore,
     StoreLost,
-    hash_api_key,
     tenant_keys_key,
 )
 from sidecar.config.watcher import ConfigWatcher

@@ -18,6 +18,7 @@ from sidecar.config.audit import PROGRAM
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import hash_api_key
 from sidecar.config.store import (
     API_KEYS_KEY,
     AUDIT_KEY,
@@ -26,7 +27,6 @@ from sidecar.config.store import (
     TENANTS_KEY,
     VERSION_KEY,
     ConfigStore,
-    hash_api_key,
 )
 from sidecar.config.watcher import ConfigWatcher
 from sidecar.tooling.stack.admin_client import scrape

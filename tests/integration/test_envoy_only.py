@@ -21,7 +21,7 @@ from envoy.service.runtime.v3 import rtds_pb2_grpc
 from sidecar.envoy_auth import HEADER
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.ports import free_port
-from sidecar.request.extproc.client import http_headers
+from sidecar.tooling.extproc_client import http_headers
 from sidecar.tooling.stack.admin_client import scrape
 from sidecar.tooling.stack.readiness import pods_reporting
 from sidecar.tooling.stack.stack import start_envoy

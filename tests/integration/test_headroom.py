@@ -13,7 +13,7 @@ from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
-from sidecar.request.extproc.client import ExtProcClient, admitted
+from sidecar.tooling.extproc_client import ExtProcClient, admitted
 from sidecar.tooling.stack.admin_client import scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

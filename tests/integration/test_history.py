@@ -22,7 +22,7 @@ from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.operator.history.window import RATE_SECONDS
-from sidecar.request.extproc.client import ExtProcClient, admitted
+from sidecar.tooling.extproc_client import ExtProcClient, admitted
 from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from sidecar.config.schema import InferenceExtensionConfig
 from sidecar.ports import free_port
-from sidecar.request.policy.inference_extension import (
+from sidecar.request.policy.scheduling import (
     CLIENT_MAY_NOT_SEND,
     DESTINATION_HEADER,
     FAIRNESS_HEADER,

@@ -18,7 +18,7 @@ import pytest_asyncio
 import yaml
 
 from sidecar.ports import free_port
-from sidecar.request.policy.inference_extension import (
+from sidecar.request.policy.scheduling import (
     CLIENT_MAY_NOT_SEND,
     FAIRNESS_HEADER,
     GATEWAY_OBJECTIVE_HEADER,

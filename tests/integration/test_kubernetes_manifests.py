@@ -22,7 +22,7 @@ import yaml
 
 from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.loops.scrape.targets import parse_targets
-from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND
+from sidecar.request.policy.scheduling import CLIENT_MAY_NOT_SEND
 from sidecar.tooling.stack import envoy_config
 from tests.integration import crd_schemas, pod_security
 from tests.integration.helpers import KUSTOMIZATION, built, named

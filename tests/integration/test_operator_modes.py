@@ -13,7 +13,7 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.store import ConfigStore
-from sidecar.request.extproc.client import ExtProcClient
+from sidecar.tooling.extproc_client import ExtProcClient
 from tests.integration.helpers import cli, decision_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

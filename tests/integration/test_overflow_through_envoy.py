@@ -15,7 +15,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
+from sidecar.request.admission.candidates import OVERFLOW_HEADER, SUBSTITUTE_HEADER
 from tests.integration.helpers import stack_with_tenants, wait_until
 from tests.integration.test_queueing_through_envoy import sidecar_gauges
 

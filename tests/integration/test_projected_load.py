@@ -23,7 +23,7 @@ from sidecar.config.schema import QosConfig
 from sidecar.config.store import ConfigStore
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.loops.overload import report_auth
-from sidecar.request.extproc.client import ExtProcClient, admitted
+from sidecar.tooling.extproc_client import ExtProcClient, admitted
 from sidecar.tooling.stack.readiness import pods_reporting
 from sidecar.tooling.stack.stack import Stack, StackOptions
 from tests.integration.helpers import REPORT_TOKEN, decision_count, scrape, wait_until

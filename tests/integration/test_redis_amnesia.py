@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from sidecar.config import memory
+from sidecar.config import recovery
 from sidecar.tooling.stack.readiness import redis_ping
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import Stack, StackOptions
@@ -36,7 +36,7 @@ async def until_in_place(redis_url: str) -> float:
     started = time.monotonic()
     try:
         while True:
-            state = await memory.read_state(client)
+            state = await recovery.read_state(client)
             if state.identity and state.has_document:
                 return time.monotonic() - started
             assert time.monotonic() - started < 20, state

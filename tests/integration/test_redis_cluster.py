@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from sidecar.config.schema import QosConfig
-from sidecar.request.counting.estimate import estimate_prompt_tokens
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 from sidecar.tooling.stack.redis_servers import cluster_ok, start_cluster_node
 from tests.integration.helpers import (
     SteadyLoad,

@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sidecar.config import envoy_layer
 from sidecar.config.state_dir import StateDir
 from sidecar.ports import free_port
-from sidecar.request.extproc.client import ExtProcClient
 from sidecar.shutdown import EXIT_SECONDS
+from sidecar.tooling.extproc_client import ExtProcClient
 from sidecar.tooling.stack import readiness
 from sidecar.tooling.stack.redis_servers import start_redis_server
 from sidecar.tooling.stack.stack import start_sidecar

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 
-from sidecar.request.admission.pricing import MAX_WAIT_HEADER
+from sidecar.request.queueing.waiting import MAX_WAIT_HEADER
 from tests.integration.helpers import stack_with_tenants, wait_until
 from tests.integration.test_queueing_through_envoy import chat, sidecar_gauges
 

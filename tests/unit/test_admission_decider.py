@@ -13,12 +13,12 @@ import redis.asyncio as redis
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.limiter.resilient import ResilientLimiter
 from sidecar.request.policy.decision import Admit, Admitted, RequestView, Respond

@@ -16,7 +16,7 @@ from sidecar.config.base import Tier
 from sidecar.config.declared import tenants_entry
 from sidecar.config.files import Declared, DeclaredTenant
 from sidecar.config.operator_state import Tenant
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.config.tenants import put_entry, remove_entry
 
 ALICE = Actor("alice", "cli")

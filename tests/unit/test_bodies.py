@@ -12,12 +12,12 @@ from sidecar.config.template import TemplateField
 from sidecar.request.bodies.limits import MAX_DEPTH, MAX_ITEMS, InvalidRequest, parse_object
 from sidecar.request.bodies.parsed import Media, TextForm
 from sidecar.request.bodies.read import read
-from sidecar.request.bodies.tokens import estimate_text_tokens
-from sidecar.request.counting.estimate import estimate, estimate_prompt_tokens
+from sidecar.request.bodies.tokens import estimate, estimate_text_tokens
 from sidecar.request.policy.cost import price, prompt_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.kinds import Api, RouteKind
 from sidecar.routes.table import RouteTable
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 
 TABLE = RouteTable()
 MEDIA = MediaConfig()

@@ -5,12 +5,12 @@ from __future__ import annotations
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
-from sidecar.request.admission import budgets
-from sidecar.request.admission.budgets import BucketsMemo, budget_buckets
+from sidecar.config.snapshot import Snapshot
+from sidecar.request.admission import budget
+from sidecar.request.admission.budget import BucketsMemo, budget_buckets
 from sidecar.request.admission.identity import Identity
 
-ACME = Identity("acme", Tier.P1, "api_key")
+ACME = Identity("acme", Tier.P1, "api_key", "acme")
 
 
 def snapshot(version: int, p1_share: float) -> Snapshot:
@@ -35,7 +35,7 @@ def test_the_memo_gives_the_buckets_the_configuration_gives():
     assert memo(held, ACME, pool, 1000.0) == budget_buckets(held, ACME, pool, 1000.0)
     # Another capacity, another tenant: their own buckets.
     assert memo(held, ACME, pool, 2000.0)[0].rate == 2 * memo(held, ACME, pool, 1000.0)[0].rate
-    anonymous = Identity(None, Tier.P1, "default")
+    anonymous = Identity(None, Tier.P1, "default", "anonymous")
     assert len(memo(held, anonymous, pool, 1000.0)) == 1
 
 
@@ -47,7 +47,7 @@ def test_a_new_configuration_starts_the_memo_anew():
 
 
 def test_the_memo_stays_within_its_bound(monkeypatch):
-    monkeypatch.setattr(budgets, "MEMO_ENTRIES", 3)
+    monkeypatch.setattr(budget, "MEMO_ENTRIES", 3)
     memo, held = BucketsMemo(), snapshot(1, 0.4)
     for capacity in range(1, 10):
         rate = memo(held, ACME, held.default_pool, float(capacity) * 100)[0].rate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from sidecar.request.queueing.budget_cutoff import Demand
+from sidecar.request.queueing.budget_line import Demand
 from tests.unit.clock import Clock
 
 KEY = "qos:{bucket-p1}:tier"

@@ -10,7 +10,7 @@ from sidecar.config.declared import HeldTenants, plan, revoked, tenants_entry
 from sidecar.config.file_reader import read_apart
 from sidecar.config.files import Declared, FileRefused, Read, read_config, read_tenants
 from sidecar.config.operator_state import Tenant
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from tests.unit.bad_files import (
     BAD_CONFIGURATIONS,
     BAD_TENANTS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.config.memory import StoreState, lost
-from sidecar.config.store import Snapshot
+from sidecar.config.recovery import StoreState, lost
+from sidecar.config.snapshot import Snapshot
 
 OLD, NEW = "1764000000000-aaaa", "1764000500000-bbbb"
 HELD = Snapshot(12, store_id=OLD)

@@ -18,11 +18,11 @@ from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import MediaConfig, QosConfig
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.bodies.embeds import embedding_rows
+from sidecar.request.bodies.extras import extras_tokens
 from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.policy.cost import price, prompt_tokens
-from sidecar.request.policy.extras import extras_tokens
 from sidecar.request.policy.guards import apply_guards
 from sidecar.routes.table import RouteTable
 

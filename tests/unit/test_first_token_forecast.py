@@ -13,15 +13,15 @@ from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.metrics import SidecarMetrics
 from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.completion.exchange_ends import ExchangeEnds
-from sidecar.request.counting.estimate import estimate
 from sidecar.request.policy.decision import Admission, Admit, FirstTokenForecast, Respond
 from sidecar.request.queueing.first_token import FirstTokenForecaster, engine_queue_seconds
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -203,8 +203,7 @@ async def test_a_stream_whose_turn_comes_late_is_foreseen_again_and_shed_if_past
         queue.release(slot.id)
     held = [queue.try_take(Tier.P1, "t", True, pool) for _ in range(6)]  # no slot free
     given_back = []
-    forecaster = FirstTokenForecaster(queue, lambda: engine_load(4))
-    waiting = Waiting(queue, given_back.append, clock, forecaster)
+    waiting = Waiting(queue, given_back.append, clock, lambda: engine_load(4))
     due = FirstTokenDue(target=3.0, foreseen=0.4, cost=COST, sheddable=True)
     wait = Wait(Tier.P1, "t", pool, True, 2.9, False, first_token=due)
     holding = asyncio.Event()
@@ -243,9 +242,7 @@ async def test_a_stream_whose_turn_comes_late_is_foreseen_again_and_shed_if_past
 async def test_p0_admitted_late_rather_than_shed_when_its_turn_comes():
     clock = Clock()
     queue = busy_queue(clock, {Tier.P0: 12}, per_second=2.0)
-    waiting = Waiting(
-        queue, lambda _: None, clock, FirstTokenForecaster(queue, lambda: engine_load(4))
-    )
+    waiting = Waiting(queue, lambda _: None, clock, lambda: engine_load(4))
     due = FirstTokenDue(target=1.0, foreseen=0.0, cost=COST, sheddable=False)
     turn = await waiting.turn(Wait(Tier.P0, "t", POOL, True, 1.0, False, first_token=due), no_hold)
     assert turn.slot and turn.first_token is None  # not waited: foreseen at pricing only

@@ -10,13 +10,12 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import QosConfig, QueueConfig, TierConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Refusal
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.admission.pricing import MAX_WAIT_HEADER, max_wait
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.policy.decision import Admit, FirstTokenForecast, Respond
 from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.request.queueing.forecast import (
@@ -27,6 +26,7 @@ from sidecar.request.queueing.forecast import (
 )
 from sidecar.request.queueing.queue import AdmissionQueue
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
+from sidecar.request.queueing.waiting import MAX_WAIT_HEADER, max_wait
 from tests.unit.test_admission_decider import SHORT, TENANTS, FakeLimiter, begin, chat, lookup
 
 

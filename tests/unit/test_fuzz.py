@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.extproc.exchange import Exchange
 from sidecar.request.limiter.buckets import Verdict
 

@@ -8,12 +8,12 @@ from sidecar.config.base import FallbackKind
 from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.refusals import Reason, Refusal
 from sidecar.request.answers.openai import FINISH_REASON
+from sidecar.request.answers.refusal import respond
 from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.openai import read_chat, read_completions
 from sidecar.request.bodies.parsed import ParsedRequest, ResponseShape, TextForm
 from sidecar.request.policy.cost import price
 from sidecar.request.policy.guards import apply_guards
-from sidecar.request.policy.responses import respond
 
 P0 = QosConfig().tiers.p0
 P2 = QosConfig().tiers.p2

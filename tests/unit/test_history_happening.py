@@ -7,7 +7,7 @@ from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.operator.history import page
 from sidecar.operator.history.happening import GAP_SECONDS, WORDS, happening
 from sidecar.operator.history.window import SECONDS, Window

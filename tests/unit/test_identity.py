@@ -5,7 +5,7 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Tenant
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.request.admission.identity import IdentityResolver, Unauthenticated, bearer_token
 from tests.unit.clock import Clock
 

@@ -118,3 +118,21 @@ def test_the_layout_page_shows_the_director_as_it_is():
     director = (SIDECAR / "request" / "admission" / "director.py").read_text()
     assert len(shown.splitlines()) > 15
     assert textwrap.indent(shown, " " * 8) in director
+
+
+def test_admission_enters_queueing_through_its_one_entry():
+    """Waiting has one owner: admission reaches the queueing package through waiting.py
+    alone, and nothing there calls back up but through the protocol it defines."""
+    admission, queueing = "sidecar.request.admission", "sidecar.request.queueing"
+    entered = {
+        target
+        for source, target in runtime_imports()
+        if source.startswith(admission) and target.startswith(queueing)
+    }
+    assert entered == {f"{queueing}.waiting"}
+    upward = [
+        (source, target)
+        for source, target in runtime_imports()
+        if source.startswith(queueing) and target.startswith(admission)
+    ]
+    assert upward == []

@@ -16,8 +16,8 @@ from sidecar.config.base import Tier
 from sidecar.config.disk_writer import LatestOnDisk
 from sidecar.config.operator_state import Mode, OperatorMode, Tenant
 from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import Snapshot
 from sidecar.config.state_dir import StateDir, default_dir
-from sidecar.config.store import Snapshot
 
 HELD = Snapshot(
     7,

@@ -10,13 +10,13 @@ from pydantic import ValidationError
 
 from sidecar.config.base import Tier, describe
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
+from sidecar.request.admission.candidates import OVERFLOW_HEADER, SUBSTITUTE_HEADER
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.admission.overflow import OVERFLOW_HEADER, SUBSTITUTE_HEADER
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue

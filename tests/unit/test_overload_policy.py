@@ -7,11 +7,11 @@ import pytest
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.load import PodLoad, aggregate
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.refusals import Reason
-from sidecar.request.admission.overload import overload_refusal
+from sidecar.request.admission.candidates import overload_refusal
 
 CONFIG = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
 

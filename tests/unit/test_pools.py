@@ -13,13 +13,13 @@ from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 from sidecar.loops.overload.load import PodLoad, aggregate, pool_of
 from sidecar.loops.overload.shedding import SheddingState
 from sidecar.loops.slo.samples import samples_key
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.limiter.buckets import Verdict
 from sidecar.request.policy.decision import Admit, RequestView, Respond
 from sidecar.request.queueing.queue import AdmissionQueue

@@ -9,8 +9,9 @@ import asyncio
 import pytest
 
 from sidecar.config.base import Tier
+from sidecar.config.pools import Pool
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.admitted import (
     OVERLAP_SECONDS,
     ProjectedAdmission,
@@ -21,7 +22,12 @@ from sidecar.loops.overload.admitted import (
 from sidecar.loops.overload.load import PodLoad, aggregate
 from sidecar.loops.overload.monitor import SETTLING_SECONDS, LoadMonitor
 from sidecar.refusals import Reason
+from sidecar.request.admission.director import AdmissionDirector
+from sidecar.request.admission.identity import IdentityResolver
+from sidecar.request.bodies.tokens import estimate
+from sidecar.request.policy.decision import Admit
 from tests.unit.clock import Clock
+from tests.unit.test_admission_decider import TENANTS, FakeLimiter, chat, lookup
 
 
 def test_an_admission_takes_the_blocks_of_its_prompt_and_first_token():
@@ -89,9 +95,15 @@ async def monitor_at(free: float, records: Records, clock: Clock) -> LoadMonitor
     return monitor
 
 
+def project(monitor: LoadMonitor, pool: Pool) -> ProjectedAdmission | None:
+    """A 16-token P2 prompt being decided, against its pool's load as the decision read it."""
+    reported = monitor.state.for_pool(pool.name).load
+    return monitor.project(Tier.P2, pool, 16, False, reported)
+
+
 def admit(monitor: LoadMonitor, recorded_us: int) -> None:
     """A 16-token P2 prompt decided and admitted (two blocks)."""
-    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
+    held = project(monitor, POOL)
     assert held is not None
     held.confirm(recorded_us)
 
@@ -120,7 +132,7 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
 async def test_a_cancelled_admission_gives_its_projection_back(clock):
     monitor = await monitor_at(0.16, Records(), clock)
     state = monitor.state.for_pool(POOL.name)
-    held = [monitor.project(Tier.P2, POOL, 16, even_over_budget=False) for _ in range(12)]
+    held = [project(monitor, POOL) for _ in range(12)]
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     for each in held:
         assert each is not None
@@ -159,13 +171,26 @@ async def test_recorded_admissions_count_once_from_redis_and_go_with_a_newer_rep
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 0
 
 
+@pytest.mark.parametrize("on", [True, False])
 @pytest.mark.asyncio
-async def test_projection_can_be_switched_off(clock):
-    snapshot = Snapshot(1, QosConfig.from_partial({"overload": {"project_admissions": False}}))
-    reports = Reports(PodLoad("a", 0.8, 2000, 0, 0))
+async def test_projection_can_be_switched_off(clock, on):
+    config = QosConfig.from_partial({"overload": {"project_admissions": on}})
+    snapshot = Snapshot(1, config, TENANTS)
+    reports = Reports(PodLoad("a", 0.5, 2000, 0, 0, kv_block_size=16))
     monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
     await monitor.refresh()
-    assert monitor.project(Tier.P2, snapshot.pools.default, 16, even_over_budget=False) is None
+    decider = AdmissionDirector(
+        lambda: snapshot,
+        IdentityResolver(lookup),
+        FakeLimiter(),
+        estimate,
+        shedding=lambda: monitor.state,
+        projection=monitor,
+    )
+    decision = await decider.decide(chat("k-p2"))
+    assert isinstance(decision, Admit)
+    projected = monitor.state.for_pool(POOL.name).load.unreported_blocks
+    assert (projected > 0) is on
 
 
 @pytest.mark.asyncio
@@ -174,7 +199,7 @@ async def test_a_pool_whose_pods_do_not_report_projects_nothing_until_one_does(c
     reports = Reports()
     monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=Records())  # type: ignore[arg-type]
     await monitor.refresh()
-    assert monitor.project(Tier.P2, POOL, 16, even_over_budget=False) is None
+    assert project(monitor, POOL) is None
     assert monitor.state.for_pool(POOL.name).load.unreported_blocks == 0
     reports.pods.append(PodLoad("a", 0.5, 2000, 0, 0, kv_block_size=16))
     await monitor.refresh()
@@ -186,7 +211,7 @@ async def test_a_pool_whose_pods_do_not_report_projects_nothing_until_one_does(c
 async def test_an_admission_charged_behind_counts_once_its_record_is_read(clock):
     records = Records()
     monitor = await monitor_at(0.20, records, clock)
-    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
+    held = project(monitor, POOL)
     assert held is not None
     held.confirm(0, recorded_later=True)  # from headroom: charge and record come behind
     clock.now += 0.3  # older than the pod's report: it would be forgotten unrecorded...
@@ -205,7 +230,7 @@ def unreported_blocks(monitor: LoadMonitor) -> float:
 
 def deciding(monitor: LoadMonitor) -> ProjectedAdmission:
     """A two-block P2 admission being decided."""
-    held = monitor.project(Tier.P2, POOL, 16, even_over_budget=False)
+    held = project(monitor, POOL)
     assert held is not None
     return held
 

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks import report
 from sidecar.tooling.benchmarks.load import ERROR, SERVED, SHED, Outcome
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.traffic import (
     CALLERS,
     capacity_rps,

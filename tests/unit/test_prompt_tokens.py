@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from sidecar.request.bodies.tokens import estimate_text_tokens
-from sidecar.request.counting.estimate import estimate_prompt_tokens
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 
 
 def test_estimate_counts_text_parts_messages_and_token_ids():

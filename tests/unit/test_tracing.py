@@ -9,7 +9,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sidecar.refusals import Reason
 from sidecar.request.extproc import tracing
 from sidecar.request.extproc.otel import OtelTracing
-from sidecar.request.policy import stages
 from sidecar.request.policy.decision import Admission, Admit, RequestView, Respond
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -36,7 +35,7 @@ def test_an_admission_continues_the_client_s_trace_and_is_the_engine_s_parent():
     view = RequestView("POST", "/v1/chat/completions", {"traceparent": PARENT}, b"{}")
     admit = Admit(record=Admission(tier="p0", tenant="pay", pool="default", route="chat", cost=5))
     with tracer.span(view) as span:
-        stages.staged("priced", None)
+        tracing.span_event("priced", None)
         decision = span.finish(admit, 0.002)
     (finished,) = exported.get_finished_spans()
     assert f"{finished.context.trace_id:032x}" == PARENT.split("-")[1]

@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.base import Tier
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.fairness.usage import TierFairness, read_tier_fairness, redis_now_ms
 
 log = logging.getLogger(__name__)

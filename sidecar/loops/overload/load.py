@@ -19,12 +19,12 @@ share of it by its size, is added to the blocks in use and to the requests in fl
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sidecar.config.pools import Pools
-from sidecar.evolve import evolved
 from sidecar.loops.overload.admitted import DEFAULT_BLOCK_SIZE, Recent, unreported
 
 
@@ -92,7 +92,7 @@ class ClusterLoad:
         free = base.free_kv_ratio
         if free is not None and base.kv_blocks_total > 0:
             free = max(0.0, free - blocks / base.kv_blocks_total)
-        return evolved(
+        return dataclasses.replace(
             base,
             free_kv_ratio=free,
             in_flight=base.in_flight + round(requests),

@@ -28,7 +28,7 @@ from sidecar.budget_layout import SLOT_MS
 from sidecar.config.base import Tier
 from sidecar.config.pools import Pool
 from sidecar.config.schema import OverloadConfig
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.admission_records import AdmissionRecords
 from sidecar.loops.overload.admitted import (
     OVERLAP_SECONDS,
@@ -178,16 +178,19 @@ class LoadMonitor:
                 self._all_settled.set_result(None)
 
     def project(
-        self, tier: Tier, pool: Pool, prompt_tokens: int, even_over_budget: bool
+        self,
+        tier: Tier,
+        pool: Pool,
+        prompt_tokens: int,
+        even_over_budget: bool,
+        reported: ClusterLoad,
     ) -> ProjectedAdmission | None:
-        """Count an admission being decided in its pool's load at once; the caller
-        confirms or cancels it. None when the configuration projects nothing, or when no
-        pod of the pool reports: then its shedding reads no load to add to, and the
-        reports that come later hold what was admitted before them."""
-        if not self._snapshot().config.overload.project_admissions:
-            return None
-        reported = self.state.for_pool(pool.name).load
-        if not reported.as_reported.known:
+        """Count an admission being decided in its pool's load at once (`reported`: the
+        pool's load as its decision read it; the caller asks only where the configuration
+        projects admissions) and confirms or cancels it. None when no pod of the pool
+        reports: then its shedding reads no load to add to, and the reports that come
+        later hold what was admitted before them."""
+        if not (reported.reported or reported).pods:  # as the pods reported it: none
             return None
         block_size = reported.kv_block_size
         load = admitted_load(tier.value, pool.name, prompt_tokens, block_size, even_over_budget)

@@ -10,7 +10,7 @@ import grpc
 import redis.asyncio as redis
 
 from sidecar import redis_errors
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.generated.qos.v1 import load_report_pb2, load_report_pb2_grpc
 from sidecar.loops.overload import report_auth
 from sidecar.loops.overload.reports import ReportStore

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.generated.qos.v1 import load_report_pb2
 from sidecar.loops import dialects
 from sidecar.loops.dialects.report import load_report

@@ -20,7 +20,8 @@ from sidecar import redis_errors
 from sidecar.background import Background
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
-from sidecar.config.store import ConfigStore, Snapshot, StoreLost
+from sidecar.config.snapshot import Snapshot
+from sidecar.config.store import ConfigStore, StoreLost
 from sidecar.loops.slo.control import Adjustment, Compliance, adjust
 from sidecar.loops.slo.lease import Lease
 from sidecar.loops.slo.samples import SampleStore

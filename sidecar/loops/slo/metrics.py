@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.slo.controller import SloController
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from sidecar import redis_connect
-from sidecar.config import memory
+from sidecar.config import recovery
 from sidecar.config.audit import Actor, clean_name, who
 from sidecar.config.store import ConfigStore, StoreLost
 from sidecar.options import env_bool
@@ -150,13 +150,13 @@ _NOTHING = "Redis holds no configuration"
 
 async def _missing(client: redis.Redis) -> str | None:
     """What the store lacks, or None when it is whole."""
-    if not _in_place(await memory.read_state(client)):
+    if not _in_place(await recovery.read_state(client)):
         return _NOTHING
-    found = await memory.check(client)
+    found = await recovery.check(client)
     if found is not None and found.partial:
         return "parts of the configuration in Redis are lost or changed behind its version"
     return None
 
 
-def _in_place(state: memory.StoreState) -> bool:
+def _in_place(state: recovery.StoreState) -> bool:
     return bool(state.identity) and state.has_document

@@ -24,7 +24,8 @@ from sidecar.config.audit import differences
 from sidecar.config.base import deep_merge, describe
 from sidecar.config.files import FileRefused, read_config
 from sidecar.config.schema import QosConfig
-from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore, Snapshot
+from sidecar.config.snapshot import Snapshot
+from sidecar.config.store import REPAIR_HINT, ConfigInvalid, ConfigStore
 from sidecar.operator.commands import config_offline
 from sidecar.operator.commands.common import (
     CommandError,

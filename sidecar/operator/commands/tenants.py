@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from sidecar.config.base import Tier, describe
 from sidecar.config.operator_state import Tenant
-from sidecar.config.store import ConfigStore, hash_api_key
+from sidecar.config.snapshot import hash_api_key
+from sidecar.config.store import ConfigStore
 from sidecar.config.tenants import NAME_RULE, KeyHeld, TenantInvalid, check_name
 from sidecar.loops.fairness.usage import TierFairness, read_tier_fairness
 from sidecar.operator.commands.common import (

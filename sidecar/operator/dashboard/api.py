@@ -14,7 +14,8 @@ from aiohttp import web
 from sidecar.config.audit import Actor, clean_name
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
-from sidecar.config.store import Snapshot, StoreLost
+from sidecar.config.snapshot import Snapshot
+from sidecar.config.store import StoreLost
 from sidecar.config.switches import switch_mode, switch_shed
 from sidecar.operator.dashboard import auth
 from sidecar.operator.gateway_view import GatewayView

@@ -10,7 +10,7 @@ from typing import Any
 
 from sidecar.config.audit import AuditEntry
 from sidecar.config.base import Tier
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.operator.history.happening import happening
 
 

@@ -4,15 +4,14 @@ may not send) and the admission's record. Pure."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import msgspec
 
 from sidecar.config.pools import DEFAULT_POOL
 from sidecar.request.admission.budget import Budgeted
+from sidecar.request.admission.candidates import OVERFLOW_HEADER, overflow_header
 from sidecar.request.admission.identity import Identity
-from sidecar.request.admission.overflow import OVERFLOW_HEADER, overflow_header
 from sidecar.request.admission.request import Placement
 from sidecar.request.policy.decision import (
     Admission,
@@ -22,13 +21,14 @@ from sidecar.request.policy.decision import (
     Respond,
     Upstream,
 )
-from sidecar.request.policy.engine import (
+from sidecar.request.policy.scheduling import (
+    CLIENT_MAY_NOT_SEND,
     CONTROL_HEADERS,
     VLLM_HEADER_PREFIX,
     EngineFields,
     engine_fields,
+    inference_headers,
 )
-from sidecar.request.policy.inference_extension import CLIENT_MAY_NOT_SEND, inference_headers
 from sidecar.request.policy.stream_usage import READ, usage_ask
 from sidecar.request.policy.tags import (
     INTERNAL_PREFIX,
@@ -45,7 +45,7 @@ from sidecar.request.queueing.waiting import Turn
 def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
     """Sent upstream to the pool that took it, tagged and scheduled by its tier."""
     place = budgeted.place
-    asked = place.asked
+    request = place.request
     engine, usage = _engine(place)
     tags = dict(engine.headers)
     if turn.slot:
@@ -53,17 +53,16 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
         tags[QUEUE_WAIT_HEADER] = waited_ms
     if budgeted.moved_for is not None:
         tags[OVERFLOW_HEADER] = overflow_header(place, budgeted.moved_for)
-    identity = asked.identity
-    extension = asked.snapshot.config.inference_extension
-    tags |= inference_headers(extension, identity.tier.value, identity.tenant_label)
-    upstream = tagged(asked.view, identity.tier.value, identity.tenant_label, engine.body, tags)
-    upstream = dataclasses.replace(upstream, slot=turn.slot or "", usage=usage)
+    identity = request.identity
+    tier, tenant = identity.tier.value, identity.tenant_label
+    tags |= inference_headers(request.snapshot.config.inference_extension, tier, tenant)
+    upstream = tagged(request.view, tier, tenant, engine.body, tags, turn.slot, usage)
     record = Admission(
         budgeted.reason,
-        identity.tier.value,
+        tier,
         place.pool.name,
-        identity.tenant_label,
-        asked.parsed.kind.value,
+        tenant,
+        request.parsed.kind.value,
         place.charge.reserved,
         slot=turn.slot,
         queue_wait=turn.waited if turn.slot else None,
@@ -72,7 +71,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
         first_token_again=turn.first_token,
         overflowed_from=place.overflowed_from,
         # Time this stream's first token: its response body will be watched.
-        time_first_byte=bool(turn.slot) and asked.parsed.stream and asked.view.response_watched,
+        time_first_byte=bool(turn.slot) and request.parsed.stream and request.view.response_watched,
     )
     return Admit(upstream, record)
 
@@ -110,6 +109,8 @@ def tagged(
     tenant: str,
     body: dict[str, Any] | None,
     extra: dict[str, str] | None = None,
+    slot: str = "",
+    usage: str = "",
 ) -> Upstream:
     """With the sidecar's tags; internal headers and engine instructions a client sent
     never go upstream."""
@@ -119,7 +120,7 @@ def tagged(
     replacement = None
     if body is not None:
         replacement = msgspec.json.encode(body)  # compact, UTF-8 as it came
-    return Upstream(tags, tuple(stripped), replacement, reroute=POOL_HEADER in tags)
+    return Upstream(tags, tuple(stripped), replacement, POOL_HEADER in tags, slot, usage)
 
 
 def _engine(place: Placement) -> tuple[EngineFields, str]:
@@ -127,15 +128,15 @@ def _engine(place: Placement) -> tuple[EngineFields, str]:
     with pools configured the pool Envoy routes the request to, and for a stream whose
     output is settled the usage asked of the engine and what Envoy does with it ("" for
     nothing)."""
-    parsed = place.asked.parsed
-    config = place.asked.snapshot.config
+    parsed = place.request.parsed
+    config = place.request.snapshot.config
     body = place.body if place.body is not None else parsed.body
     changed = place.body is not None
     usage_mode = ""
     if place.reservation is not None and parsed.stream:
         # Asked of the engine only where Envoy's Lua filter takes out what the client
         # did not ask for (and reads it): elsewhere the stream goes as it came.
-        if parsed.stream_usage is not None and place.asked.view.reads_usage:
+        if parsed.stream_usage is not None and place.request.view.reads_usage:
             ask = usage_ask(
                 parsed.stream_usage,
                 body.get("stream_options"),

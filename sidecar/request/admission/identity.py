@@ -20,10 +20,13 @@ from cachetools import LRUCache, TTLCache
 from sidecar import redis_errors
 from sidecar.config.base import Tier
 from sidecar.config.schema import IdentityConfig
-from sidecar.config.store import Snapshot, hash_api_key
+from sidecar.config.snapshot import Snapshot, hash_api_key
 
 KNOWN_KEY_SECONDS = 60.0
 CACHE_ENTRIES = 100_000
+
+
+ANONYMOUS = "anonymous"  # the label of requests of no known tenant
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,7 @@ class Identity:
     tenant: str | None  # None: no known identity, served in the default tier
     tier: Tier
     source: str  # "api_key", "header" or "default"
-
-    @property
-    def tenant_label(self) -> str:
-        return self.tenant or "anonymous"
+    tenant_label: str  # its name in buckets, metrics and logs: the tenant, or ANONYMOUS
 
 
 class Unauthenticated(Exception):
@@ -112,10 +112,10 @@ class IdentityResolver:
             elif source == "header":
                 tenant = headers.get(config.tenant_header) or None
             if tenant is not None and tenant in snapshot.tenants:
-                return Identity(tenant, snapshot.tenants[tenant].tier, source)
+                return Identity(tenant, snapshot.tenants[tenant].tier, source, tenant)
         if config.unknown == "reject":
             raise Unauthenticated
-        return Identity(None, config.default_tier, "default")
+        return Identity(None, config.default_tier, "default", ANONYMOUS)
 
     async def _tenant_for_key(self, digest: str) -> str | None:
         if digest in self._known:

@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Callable
 
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.request.limiter.buckets import BucketSpec, Owner
 from sidecar.request.limiter.resilient import LocalTokenBuckets
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.config.extras import Extra
@@ -51,10 +51,12 @@ class Prompt:
         """Its texts to count: all but those of fields the pool's template leaves out."""
         return [*self.texts, *(t for f, t in self.template_texts if f not in unrendered)]
 
-    @property
-    def estimated_from_outside(self) -> bool:
-        """Part of the cost is a configured estimate, to settle from the answer's usage."""
-        return bool(self.media or self.stored_context or self.audio_bytes)
+    # Part of the cost is a configured estimate, to settle from the answer's usage.
+    estimated_from_outside: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        outside = bool(self.media or self.stored_context or self.audio_bytes)
+        object.__setattr__(self, "estimated_from_outside", outside)
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,10 @@ class ParsedRequest:
     # Fields beyond a prompt of text, each refused unless the pool allows it.
     extras: tuple[ExtraField, ...] = ()
 
-    @property
-    def model(self) -> str | None:
-        return self.shape.model
+    # Its shape's, read on every decision: plain fields, set once.
+    model: str | None = field(init=False)
+    stream: bool = field(init=False)
 
-    @property
-    def stream(self) -> bool:
-        return self.shape.stream
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", self.shape.model)
+        object.__setattr__(self, "stream", self.shape.stream)

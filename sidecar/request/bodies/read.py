@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sidecar.request.bodies import anthropic, generic, openai, responses
+from sidecar.request.bodies import anthropic, generic, openai, openai_responses
 from sidecar.request.bodies.audio import read_audio
 from sidecar.request.bodies.extras import read_extras
 from sidecar.request.bodies.generate import read_generate
@@ -19,7 +19,7 @@ _JSON_READERS: dict[RouteKind, Callable[[dict[str, Any]], ParsedRequest]] = {
     RouteKind.CHAT: openai.read_chat,
     RouteKind.COMPLETIONS: openai.read_completions,
     RouteKind.CHAT_BATCH: openai.read_chat_batch,
-    RouteKind.RESPONSES: responses.read_responses,
+    RouteKind.RESPONSES: openai_responses.read_responses,
     RouteKind.MESSAGES: anthropic.read_messages,
     RouteKind.COHERE_CHAT: generic.read_cohere_chat,
     RouteKind.INPUT_ONLY: generic.read_input_only,

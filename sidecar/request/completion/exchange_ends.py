@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL
-from sidecar.config.store import Snapshot
+from sidecar.config.snapshot import Snapshot
 from sidecar.loops.slo.samples import LATENCY, TTFT, SampleRecorder
 from sidecar.metrics import SidecarMetrics
 from sidecar.request.completion.access_log import ExchangeEnd

@@ -16,18 +16,19 @@ from sidecar.request.extproc import otlp_export
 from sidecar.request.extproc.otlp_export import OtlpSettingInvalid, OtlpTarget
 from sidecar.request.extproc.tracing import (
     SPAN_NAME,
+    Mark,
     Traced,
+    recording,
     span_attributes,
     with_upstream_headers,
 )
-from sidecar.request.policy import stages
 from sidecar.request.policy.decision import Decision, RequestView, Respond
 
 PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class _Traced:
-    def __init__(self, span: trace.Span, marks: list[stages.Mark]) -> None:
+    def __init__(self, span: trace.Span, marks: list[Mark]) -> None:
         self._span = span
         self._marks = marks
 
@@ -64,7 +65,7 @@ class OtelTracing:
             self._tracer.start_as_current_span(
                 SPAN_NAME, context=parent, kind=trace.SpanKind.SERVER
             ) as span,
-            stages.recording() as marks,
+            recording() as marks,
         ):
             span.set_attribute("http.request.method", view.method)
             span.set_attribute("url.path", view.path)

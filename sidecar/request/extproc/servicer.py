@@ -10,7 +10,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 from sidecar.metrics import SidecarMetrics
-from sidecar.request.extproc.decision_metrics import count_decision
+from sidecar.request.extproc.decision_telemetry import count_decision
 from sidecar.request.extproc.exchange import NO_TRACING, Exchange, Phase, ProtocolError
 from sidecar.request.extproc.tracing import DecisionTracer
 from sidecar.request.policy.decision import Admission, Decider, Decision

@@ -11,6 +11,9 @@ the trace. The SDK reads the rest itself: `OTEL_SERVICE_NAME` (default qos-sidec
 always on), `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `grpc`),
 `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`. Off, nothing of the SDK is loaded and a
 client's `traceparent` passes upstream as it came.
+
+The director marks each admission stage as it ends (`span_event`); a trace turns the
+marks into the span's events. Nothing is kept when no trace records them.
 """
 
 from __future__ import annotations
@@ -18,14 +21,41 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any, Protocol
+import time
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar
 
-from sidecar.request.extproc.decision_log import decision_fields
+from sidecar.request.extproc.decision_telemetry import decision_fields
 from sidecar.request.policy.decision import Admit, Decision, RequestView
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 SPAN_NAME = "qos.decision"
+
+T = TypeVar("T")
+
+Mark = tuple[str, int]  # the stage, and when it ended (ns since the epoch)
+
+_marks: ContextVar[list[Mark] | None] = ContextVar("qos_stage_marks", default=None)
+
+
+def span_event(stage: str, value: T) -> T:
+    """`value`, the stage's result, once the stage is marked as ended."""
+    marks = _marks.get()
+    if marks is not None:
+        marks.append((stage, time.time_ns()))
+    return value
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Mark]]:
+    """The marks made within the block (by this task and those it awaits)."""
+    marks: list[Mark] = []
+    token = _marks.set(marks)
+    try:
+        yield marks
+    finally:
+        _marks.reset(token)
 
 
 class Traced(Protocol):

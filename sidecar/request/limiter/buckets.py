@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sidecar.budget_layout import AdmittedLoad
@@ -43,14 +43,13 @@ class BucketSpec:
     # request reserves at most a burst; what its answer cost beyond is owed here.
     debt: float | None = None
     owner: Owner = Owner.TIER
+    max_debt: float = field(init=False)  # the depth in force: the debt, one burst at least
 
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.burst <= 0:
             raise ValueError(f"bucket {self.key}: rate and burst must be positive")
-
-    @property
-    def max_debt(self) -> float:
-        return self.burst if self.debt is None else max(self.burst, self.debt)
+        max_debt = self.burst if self.debt is None else max(self.burst, self.debt)
+        object.__setattr__(self, "max_debt", max_debt)
 
 
 class LaterRecord:

@@ -15,7 +15,7 @@ answers are still being generated; the debt keeps it there when they cost more.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.config.base import Tier
 from sidecar.config.schema import MediaConfig, TierConfig
@@ -32,22 +32,18 @@ class Charge:
     # What the request's buckets hold at most: it reserves no more (None: not known yet),
     # and owes the rest of its real cost when it is settled.
     ceiling: float | None = None
+    # Worked out once as it is made (a decision reads them several times):
+    prompt_cost: float = field(init=False)
+    asked: float = field(init=False)  # its prompt and the output it asked for, whole
+    reserved: float = field(init=False)  # what it takes at admission: asked, within the ceiling
 
-    # cost()'s arithmetic written out rather than called: a decision reads these
-    # several times, and a call costs more than the sum.
-    @property
-    def asked(self) -> float:
-        """Its prompt and the output it asked for, whole."""
-        return self.prompt_tokens * self.weight + self.expected_output * self.output_weight
-
-    @property
-    def prompt_cost(self) -> float:
-        return self.prompt_tokens * self.weight
-
-    @property
-    def reserved(self) -> float:
-        asked = self.prompt_tokens * self.weight + self.expected_output * self.output_weight
-        return asked if self.ceiling is None else min(asked, self.ceiling)
+    def __post_init__(self) -> None:
+        prompt_cost = self.prompt_tokens * self.weight
+        asked = prompt_cost + self.expected_output * self.output_weight
+        reserved = asked if self.ceiling is None else min(asked, self.ceiling)
+        object.__setattr__(self, "prompt_cost", prompt_cost)
+        object.__setattr__(self, "asked", asked)
+        object.__setattr__(self, "reserved", reserved)
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> float:
         return prompt_tokens * self.weight + output_tokens * self.output_weight

@@ -22,11 +22,19 @@ lately (the last `PACE_GRANTS`): a newcomer whose turn would come within the mar
 its deadline is answered at once, and nobody passes a waiter into its margin. Without
 it, the waiters whose turns are foreseen close to their deadline (where passing pushes
 them) are answered only after waiting out their time.
+
+Which of them the budget serves when they ask for more than it refills: the cheapest.
+While a line waits for the tier's bucket, a newcomer that costs more than the cutoff
+(`Demand`) is answered at once: the cutoff is the largest cost such that the requests
+asking over the last `CUTOFF_WINDOW_SECONDS` that cost no more would have needed no more
+than the bucket's rate. The same budget then serves more requests, and the line stays
+short enough that the waits foreseen in it hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,6 +45,7 @@ PACE_GRANTS = 32
 MIN_PACE_GRANTS = 4
 PACE_LIMITS = (0.5, 3.0)  # a slowness outside is an outlier's, not the bucket's
 MARGIN_QUANTILE = 0.8
+CUTOFF_WINDOW_SECONDS = 10.0
 
 
 class _Pace:
@@ -223,3 +232,35 @@ class BudgetWaiters:
         elif not line.waiters[0].turn.is_set():
             line.ready_at = self._clock()  # the new head asks at once
             line.waiters[0].turn.set()
+
+
+class Demand:
+    """The costs that asked a bucket lately."""
+
+    def __init__(self, clock: Callable[[], float], window: float = CUTOFF_WINDOW_SECONDS) -> None:
+        self._clock = clock
+        self._window = window
+        self._asked: dict[str, deque[tuple[float, float]]] = {}
+
+    def note(self, key: str, cost: float) -> None:
+        now = self._clock()
+        asked = self._asked.setdefault(key, deque())
+        asked.append((now, cost))
+        while asked[0][0] < now - self._window:
+            asked.popleft()
+
+    def cutoff(self, key: str, rate: float) -> float:
+        """The dearest cost the bucket's rate serves of what asked lately (inf: all)."""
+        asked = self._asked.get(key)
+        if not asked:
+            return math.inf
+        now = self._clock()
+        # Over the whole window even when it was watched for less: lenient at first.
+        refills = rate * self._window
+        total, dearest = 0.0, 0.0
+        for cost in sorted(cost for at, cost in asked if at >= now - self._window):
+            total += cost
+            if total > refills:
+                return dearest
+            dearest = cost
+        return math.inf

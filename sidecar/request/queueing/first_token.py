@@ -30,10 +30,10 @@ lately (`growth`, their 90th percentile): one whose turn is foreseen past that i
 answered at once instead.
 
 A stream whose first token is foreseen past its TTFT target is late whatever follows:
-pricing.py answers it at once, waiting.py when its turn comes
+waiting.py answers it at once, or when its turn comes
 (qos_first_token_forecast_error_seconds measures the forecast at pricing against what
 came). Unless the engines' queue alone would not make it late and none of its tier was
-timed for a while: then pricing lets one through as a probe (`probe`), so slow times
+timed for a while: then one is let through as a probe (`probe`), so slow times
 learnt while the engine was slow do not outlive the slowdown.
 """
 
@@ -62,11 +62,18 @@ class FirstTokenForecaster:
         self._shedding = shedding  # the pools' load, as their pods report it
 
     def foresee(
-        self, tier: Tier, pool: Pool, cost: float, at_admission: bool = False
+        self,
+        tier: Tier,
+        pool: Pool,
+        cost: float,
+        at_admission: bool = False,
+        state: SheddingState | None = None,
     ) -> FirstTokenForecast:
         """`cost`: the request's, in its pool's tokens (its prompt and output, weighted).
-        `at_admission`: foreseen again as it is admitted after a wait, its slot held."""
-        state = self._shedding().for_pool(pool.name)
+        `at_admission`: foreseen again as it is admitted after a wait, its slot held.
+        `state`: the pool's load as its decision read it (None: as it stands now)."""
+        if state is None:
+            state = self._shedding().for_pool(pool.name)
         load = state.load
         tiers = PRIORITY[: PRIORITY.index(tier) + 1] if load.by_priority else PRIORITY
         ahead = self._queue.cluster_held_in(pool.name, tiers)

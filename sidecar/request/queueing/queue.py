@@ -60,7 +60,7 @@ class AdmissionQueue:
         self._resolved: tuple[QosConfig, Pools] | None = None
         self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
         self._release_rates: dict[str, ReleaseRate] = {}
-        # Fed by the ends of timed streams, read by admission (patience.py).
+        # Fed by the ends of timed streams, read by the first-token forecast.
         self.first_tokens = FirstTokenTimes(clock)
         self._background = Background()
         self.reclaimed = 0
@@ -92,7 +92,6 @@ class AdmissionQueue:
     def others_in_flight(self) -> int:
         return self._peers.others_in_flight if self._peers else 0
 
-    @property
     def sidecars_alive(self) -> int:
         """This sidecar and the peers whose heartbeat it last saw."""
         return 1 + (self._peers.peers if self._peers else 0)

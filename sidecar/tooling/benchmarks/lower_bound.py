@@ -36,10 +36,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from prometheus_client import Counter, Histogram
 
 from sidecar import event_loop
-from sidecar.config.store import hash_api_key
+from sidecar.config.snapshot import hash_api_key
 from sidecar.redis_multiplexed import MultiplexedRedis, MultiplexedScript
-from sidecar.request.counting.estimate import estimate_prompt_tokens
 from sidecar.tooling.benchmarks.noop import CONTINUE, serve_processor
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 
 BUCKET = """
 local now = redis.call('TIME')

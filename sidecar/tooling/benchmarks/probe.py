@@ -18,8 +18,8 @@ import time
 import grpc
 
 from sidecar import envoy_auth
-from sidecar.request.extproc.client import ExtProcClient
 from sidecar.tooling.benchmarks.report import percentile
+from sidecar.tooling.extproc_client import ExtProcClient
 
 # A P2 batch request as the flash sale sends them (2 000 prompt tokens).
 BODY = {"model": "mock-llm", "messages": [{"role": "user", "content": "buy " * 1996}]}

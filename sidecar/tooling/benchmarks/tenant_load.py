@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from sidecar.request.counting.estimate import estimate_prompt_tokens
+from sidecar.tooling.benchmarks.prompt_estimate import estimate_prompt_tokens
 
 
 def chat(tokens: int, max_tokens: int = 4) -> dict:

@@ -20,7 +20,7 @@ from sidecar.options import setting
 from sidecar.request.bodies.limits import InvalidRequest
 from sidecar.request.bodies.parsed import ParsedRequest
 from sidecar.request.bodies.read import read
-from sidecar.request.counting.estimate import estimate
+from sidecar.request.bodies.tokens import estimate
 from sidecar.request.policy.cost import prompt_tokens
 from sidecar.routes.kinds import RouteKind
 from sidecar.routes.table import RouteTable
