@@ -152,8 +152,10 @@ def admissible(candidates: Candidates) -> Candidates:
     shed) it is refused."""
     home = candidates.home
     state = home.request.shedding
-    elsewhere = tuple(place for place in candidates.elsewhere if not _sheds(place, state))
     reason = _sheds(home, state)
+    if reason is None and not candidates.elsewhere:
+        return candidates  # its own pool alone, and it takes it
+    elsewhere = tuple(place for place in candidates.elsewhere if not _sheds(place, state))
     if reason is None:
         return Candidates(home, elsewhere)
     refusal = shed(reason, home.tier.value)
