@@ -233,13 +233,31 @@ async def test_streams_carry_the_same_chunks_in_the_same_order(
     real = await post(idle_engine.url, path, make(idle_engine, **extra))
     mocked = await post(mock.url, path, make(mock, **extra))
     assert real[0] == mocked[0] == 200
-    assert [layout(chunk) for chunk in mocked[2]] == [layout(chunk) for chunk in real[2]]
-    if "continuous_usage_stats" in str(extra):  # the same running counts, chunk for chunk
+    if len(real[2]) == len(mocked[2]):  # chunk for chunk
+        assert [layout(chunk) for chunk in mocked[2]] == [layout(chunk) for chunk in real[2]]
+    else:
+        # On a busy machine vLLM's output processor falls behind its engine and sends the
+        # tokens it finds together: fewer chunks, never more, each kind in the same order.
+        assert len(real[2]) < len(mocked[2])
+        assert runs(mocked[2]) == runs(real[2])
+    if "continuous_usage_stats" in str(extra):  # the same running counts, as far as sent
 
         def running(chunks: list[dict]) -> list[int]:
             return [c["usage"]["completion_tokens"] for c in chunks if c.get("choices")]
 
-        assert running(mocked[2]) == running(real[2])
+        sent, mocked_counts = running(real[2]), running(mocked[2])
+        assert sent[-1] == mocked_counts[-1] and sent == sorted(sent)
+        assert set(sent) <= set(mocked_counts)
+
+
+def runs(chunks: list[dict]) -> list:
+    """The chunks' layouts, each run of alike ones taken as one."""
+    kinds: list = []
+    for chunk in chunks:
+        kind = layout(chunk)
+        if not kinds or kinds[-1] != kind:
+            kinds.append(kind)
+    return kinds
 
 
 ANSWERS = 3

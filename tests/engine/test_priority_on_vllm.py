@@ -33,6 +33,7 @@ RUNNING_TOKENS = (3_000, 8_000, 8_000, 8_000)
 SETTINGS = vllm.EngineSettings(max_model_len=8_192, max_num_seqs=4)
 WAITERS = 3
 IN_LINE_TOKENS = 1_500
+HOLDER_INTERVAL = 500  # tokens a chunk of a seat's holder
 # Tiers as the test needs them: nothing shed for load (the seats are full on purpose),
 # buckets far larger than these prompts; first tokens timed as the engine sent them
 # (none sampled for TTFT, which would pass that stream's answer through the sidecar).
@@ -105,15 +106,16 @@ async def test_p0_sent_behind_p2_is_served_first_only_by_the_sidecar_s_priority(
     # No client gives up: the long answers take what the machine makes them take (the
     # test's own timeout bounds it).
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
-        # The seats' holders not streamed: their thousands of tokens cost vLLM's API server
-        # and this client nothing until they end.
+        # The seats' holders streamed HOLDER_INTERVAL tokens a chunk: their thousands of
+        # tokens cost vLLM's API server and this client next to nothing, and bytes still
+        # flow within Envoy's stream idle timeout on a machine slowed by other work.
         running = [
             asyncio.create_task(
                 chat(
                     session,
                     stack,
                     "p2",
-                    {"messages": prompt, "max_tokens": tokens, "stream": False},
+                    {"messages": prompt, "max_tokens": tokens, "stream_interval": HOLDER_INTERVAL},
                 )
             )
             for prompt, tokens in zip(long_prompts, RUNNING_TOKENS, strict=True)
