@@ -31,7 +31,9 @@ START_SECONDS = 240.0
 # in front of it: decoding, vLLM's engine core and worker keep both cores busy, and at
 # equal priority Envoy, the sidecar and Redis were seen held off the CPU for seconds. Its
 # API server keeps the normal priority against its own compute: niced too, it fell behind
-# the streams and sent seconds of them at once.
+# the streams and sent seconds of them at once. Niceness orders threads within a session
+# (Linux's autogroup): the engine shares its starter's session with the stack in front
+# of it (processes.py), and the machine's other work keeps its own share apart.
 COMPUTE_NICENESS = 10
 # How a stack fronting this engine learns its load: vLLM's /metrics answers in ~20 ms
 # idle, but takes up to a second or two while its API server streams on these two cores,
@@ -137,21 +139,10 @@ def serving(
     process.start()
     try:
         process.wait_ready(partial(readiness.http_ok, f"{url}/health"), timeout=START_SECONDS)
-        nice_session(process.pid)
         nice_compute(process.pid)
         yield url, process
     finally:
         process.stop(timeout=30)
-
-
-def nice_session(api_server: int) -> None:
-    """Lower the priority of the engine's session as a whole. Linux (autogroup) shares
-    the CPU between sessions first and by niceness only within one: the engine runs in a
-    session of its own, where its niced compute still took its session's full share from
-    Envoy's and the sidecar's, which were seen held off the CPU for up to 9 s (none in the
-    same runs with the session niced). A kernel without autogroup has no such file."""
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{api_server}/autogroup").write_text(str(COMPUTE_NICENESS))
 
 
 def nice_compute(api_server: int) -> None:

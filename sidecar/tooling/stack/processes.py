@@ -99,12 +99,16 @@ class ManagedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                # Its own session: a Ctrl-C at the terminal reaches only the parent,
-                # which then stops the children in order. (No preexec_fn: running Python
-                # between fork and exec deadlocks when the parent has threads, as gRPC's.)
-                start_new_session=True,
+                # Its own process group: a Ctrl-C at the terminal reaches only the
+                # parent, which then stops the children in order. The parent's session
+                # still: Linux shares the CPU between sessions first (autogroup), so the
+                # stack and its engine take one share against the machine's other work,
+                # and within it niceness puts Envoy and the sidecar before the engine's
+                # compute. (No preexec_fn: running Python between fork and exec
+                # deadlocks when the parent has threads, as gRPC's.)
+                process_group=0,
             )
-        if _reaper is not None:  # its own session: its pid names its process group
+        if _reaper is not None:  # its pid names its process group
             _reaper.started(self._process.pid)
 
     def start_ready(self, check: Callable[[], bool], timeout: float = 30.0) -> ManagedProcess:

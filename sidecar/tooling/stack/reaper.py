@@ -1,8 +1,8 @@
 """Nothing left behind when `up` itself is killed.
 
-`up` starts each of its processes in a session of its own (a Ctrl-C at the terminal
-reaches only `up`, which stops them in order), so a SIGKILL of `up` would leave Redis,
-Envoy, the mocks and the sidecar running. A reaper, started first, holds the read end
+`up` starts each of its processes in a process group of its own (a Ctrl-C at the
+terminal reaches only `up`, which stops them in order), so a SIGKILL of `up` would leave
+Redis, Envoy, the mocks and the sidecar running. A reaper, started first, holds the read end
 of a pipe `up` writes to: each process group `up` starts, each it stops itself, and a
 last word when it is done. Should the pipe close without that word (`up` died, however),
 the reaper ends every group still registered: SIGTERM, then SIGKILL after a grace.
