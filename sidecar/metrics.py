@@ -175,7 +175,8 @@ class SidecarMetrics:
         self.output_settled = Counter(
             "qos_output_settled_tokens",
             "Output tokens those requests really had, by tier and by where the count came "
-            "from: the answer's usage, or an estimate from a stream's size.",
+            "from: the answer's usage, an estimate from a stream's size, all it asked for "
+            "(abandoned), or none (refused: a 503 before any work).",
             ["tier", "source"],
             registry=self.registry,
         )

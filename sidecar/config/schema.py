@@ -179,6 +179,11 @@ class OverloadConfig(Strict):
     # blocks, one request in flight) in the load the shedding rules read, cluster-wide,
     # so a burst stops at a watermark instead of overshooting it. false: reports alone.
     project_admissions: bool = True
+    # A pod whose server refused requests at its own queue limits (vLLM's 503 past
+    # --max-num-queued-reqs or --max-num-queued-tokens: vllm:admission_rejections rose
+    # between two of its reports) counts as full for this long, as if its KV cache were:
+    # the shedding rules shed for it before every pod refuses. 0: never.
+    refusal_hold_seconds: Annotated[float, Field(ge=0, le=60)] = 2.0
 
 
 class QueueConfig(Strict):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from functools import partial
 from typing import Any
 
 import aiohttp
@@ -17,11 +16,8 @@ import pytest
 from sidecar.loops.dialects import registry
 from sidecar.loops.dialects import vllm as vllm_dialect
 from sidecar.loops.dialects.exposition import samples_of
-from sidecar.ports import free_port
 from sidecar.tooling.engine.vllm import BLOCK_SIZE
-from sidecar.tooling.stack import readiness
-from sidecar.tooling.stack.processes import ManagedProcess
-from sidecar.tooling.stack.stack import mock_vllm_argv
+from tests.engine.conftest import serving_mock
 from tests.engine.engine_client import Engine, until
 
 pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
@@ -35,32 +31,22 @@ INFO_LABELS_READ = {vllm_dialect.CACHE_CONFIG: {"block_size", "num_gpu_blocks", 
 def mock(engine, tmp_path_factory):
     """mock-vllm sized and scheduled as the engine is, at the engine's block size."""
     settings = engine.settings
-    port = free_port()
-    process = ManagedProcess(
-        "mock-vllm",
-        mock_vllm_argv(
-            port,
-            "--model",
-            settings.served_model,
-            "--kv-cache-tokens",
-            str(settings.kv_blocks * BLOCK_SIZE),  # the blocks vLLM reports, all of them
-            "--block-size",
-            str(BLOCK_SIZE),
-            "--max-num-seqs",
-            str(settings.max_num_seqs),
-            "--max-model-len",
-            str(settings.max_model_len),
-            "--scheduling-policy",
-            settings.scheduling_policy,
-        ),
-        tmp_path_factory.mktemp("mock") / "mock.log",
+    args = (
+        "--model",
+        settings.served_model,
+        "--kv-cache-tokens",
+        str(settings.kv_blocks * BLOCK_SIZE),  # the blocks vLLM reports, all of them
+        "--block-size",
+        str(BLOCK_SIZE),
+        "--max-num-seqs",
+        str(settings.max_num_seqs),
+        "--max-model-len",
+        str(settings.max_model_len),
+        "--scheduling-policy",
+        settings.scheduling_policy,
     )
-    url = f"http://127.0.0.1:{port}"
-    process.start_ready(partial(readiness.http_ok, f"{url}/health"))
-    try:
-        yield Engine(url, settings)
-    finally:
-        process.stop()
+    with serving_mock(settings, tmp_path_factory.mktemp("mock"), *args) as started:
+        yield started
 
 
 def metrics_text(url: str) -> str:

@@ -17,7 +17,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
 EXPECTED = {
     # Usage averaged over the engines, requests summed, the pod's blocks counted once.
-    "vllm-0.33-dp2.prom": PodMetrics("vllm", 0.30, 54_272, 16, 20, 4, "Qwen/Qwen2.5-7B-Instruct"),
+    # And what its queue limits refused, over both reasons.
+    "vllm-0.33-dp2.prom": PodMetrics(
+        "vllm", 0.30, 54_272, 16, 20, 4, "Qwen/Qwen2.5-7B-Instruct", admission_rejections=7
+    ),
     # Two data-parallel ranks summed, their tensor-parallel ranks taken once; capacity in
     # tokens, as pages of one token.
     "sglang-0.5-dp2.prom": PodMetrics("sglang", 0.30, 400_000, 1, 24, 5, "Qwen/Qwen3-32B"),
@@ -51,10 +54,11 @@ def test_each_fixture_reads_as_the_pod_s_load(name):
         expected.kv_blocks_total,
         expected.kv_block_size,
     )
-    assert (found.running, found.waiting, found.model) == (
+    assert (found.running, found.waiting, found.model, found.admission_rejections) == (
         expected.running,
         expected.waiting,
         expected.model,
+        expected.admission_rejections,
     )
     assert read(text, expected.dialect) == found  # forced, the same
 

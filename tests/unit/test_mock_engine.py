@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected
+from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, QueueFull, RequestRejected
 
 STEP = 0.025  # decode step, seconds
 PREFILL_RATE = 16_384.0  # tokens/s: a 32K prompt takes 2 s
@@ -220,3 +220,17 @@ async def test_the_same_seed_gives_the_same_answers():
 
     assert await answer(7) == await answer(7)
     assert await answer(7) != await answer(8)
+
+
+def test_past_its_queue_limit_a_request_is_refused_and_counted_as_vllm_does():
+    gpu, _ = engine(max_num_queued_reqs=3, max_num_seqs=1)
+    for _ in range(2):
+        gpu.check_admission(1)
+        gpu.submit(10, 5)
+    gpu.check_admission(1)  # the third fits: running and waiting together are 2
+    with pytest.raises(QueueFull):
+        gpu.check_admission(2)  # a request of two answers would make 4
+    assert gpu.admission_rejections == 1
+    unlimited, _ = engine()
+    unlimited.check_admission(10_000)
+    assert unlimited.admission_rejections == 0

@@ -25,6 +25,8 @@ def test_vllm_033_with_two_data_parallel_engines():
     assert report.kv_block_size == 16
     assert report.model == "Qwen/Qwen2.5-7B-Instruct"
     assert report.scheduling_policy == "priority"
+    # What its queue limits refused, over both reasons (vLLM 0.32 on).
+    assert report.admission_rejections == 7
 
 
 def test_vllm_06_legacy_names():
@@ -35,6 +37,7 @@ def test_vllm_06_legacy_names():
     assert report.kv_block_size == 16
     assert report.model == "meta-llama/Llama-3.1-8B-Instruct"
     assert report.scheduling_policy == ""  # unknown unless the operator says
+    assert report.admission_rejections == 0  # no queue limits before 0.32
 
 
 def test_a_vllm_without_stats_is_named_as_the_likely_cause():

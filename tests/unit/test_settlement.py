@@ -17,10 +17,17 @@ def reservation(charge: Charge = CHARGE, sized: bool = True) -> Reservation:
 
 
 def end(
-    prompt: int | None = None, completion: int | None = None, size: int = 0, left: bool = False
+    prompt: int | None = None,
+    completion: int | None = None,
+    size: int = 0,
+    left: bool = False,
+    status: int = 200,
+    reset: bool = False,
 ) -> ExchangeEnd:
-    flags = accesslog_pb2.ResponseFlags(downstream_connection_termination=left)
-    return ExchangeEnd("slot", "p1", 200, flags, None, None, prompt, completion, size)
+    flags = accesslog_pb2.ResponseFlags(
+        downstream_connection_termination=left, upstream_remote_reset=reset
+    )
+    return ExchangeEnd("slot", "p1", status, flags, None, None, prompt, completion, size)
 
 
 def test_a_whole_answer_is_settled_from_its_usage():
@@ -64,3 +71,16 @@ def test_an_answer_with_no_output_is_settled_from_its_prompt():
     embeddings = Charge(prompt_tokens=1024, expected_output=0, weight=1.0, output_weight=0.0)
     settled = settle(False, reservation(embeddings), end(prompt=600))
     assert (settled.output, settled.difference) == (0, 600 - 1024)
+
+
+def test_an_answer_refused_before_any_work_gets_its_whole_reservation_back():
+    for stream in (False, True):
+        # vLLM's error body is a few hundred bytes: no stream's size to estimate from.
+        settled = settle(stream, reservation(), end(status=503, size=300))
+        assert (settled.output, settled.source) == (0, "refused")
+        assert settled.difference == -(20 + 200)
+    # An engine that reset after it began, or a client that left, is no refusal.
+    assert settle(False, reservation(), end(status=503, reset=True)) is None
+    assert settle(False, reservation(), end(status=503, left=True)).source == "abandoned"
+    # Another 5xx keeps the reservation, as a failed answer does.
+    assert settle(False, reservation(), end(status=500)) is None

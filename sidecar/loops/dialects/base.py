@@ -22,6 +22,8 @@ class PodMetrics:
     running: int
     waiting: int
     model: str = ""  # the served model, when the series name exactly one
+    # Requests refused at the server's own queue limits since it started (vLLM's 503s).
+    admission_rejections: int = 0
 
 
 @dataclass(frozen=True)

@@ -26,4 +26,5 @@ def load_report(
         observed_unix_ms=int(time.time() * 1000),
         scheduling_policy=scheduling_policy,
         dialect=pod.dialect,
+        admission_rejections=pod.admission_rejections,
     )

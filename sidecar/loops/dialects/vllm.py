@@ -16,7 +16,10 @@ PREFIX = "vllm:"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 CACHE_CONFIG = "vllm:cache_config_info"
-NAMES = (*KV_USAGE, RUNNING, WAITING, CACHE_CONFIG)  # the series read
+# Requests its queue limits refused (--max-num-queued-reqs, --max-num-queued-tokens), by
+# reason; vLLM 0.32 on, absent before.
+ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
+NAMES = (*KV_USAGE, RUNNING, WAITING, CACHE_CONFIG, ADMISSION_REJECTIONS)  # the series read
 
 
 def parse(samples: Samples) -> PodMetrics:
@@ -32,6 +35,7 @@ def parse(samples: Samples) -> PodMetrics:
         running=round(sum(s.value for s in samples.get(RUNNING))),
         waiting=round(sum(s.value for s in samples.get(WAITING))),
         model=only(samples.models("model_name")),
+        admission_rejections=round(sum(s.value for s in samples.get(ADMISSION_REJECTIONS))),
     )
 
 

@@ -41,6 +41,9 @@ class PodLoad:
     pool: str = ""  # the pool its reporter named; "": the pool serving `model`
     capacity_tokens_per_second: float = 0.0  # 0 when its reporter was not told
     kv_block_size: int = 0  # tokens per KV block, 0 when unknown
+    admission_rejections: int = 0  # what its server refused at its queue limits, so far
+    # Its server refused requests at its queue limits lately: it counts as full (refusals.py).
+    refusing: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,11 @@ def aggregate(
         return ClusterLoad((), None, 0)
     weights = _stand_in_for_unknown([p.kv_blocks_total for p in fresh])
     # The watermark is over the pods that say their KV use; the others count in flight.
+    # A pod refusing at its queue limits counts as full, whatever its KV use.
     known = [
         (w, usage)
         for w, p in zip(weights, fresh, strict=True)
-        if (usage := p.kv_cache_usage) is not None
+        if (usage := 1.0 if p.refusing else p.kv_cache_usage) is not None
     ]
     free: float | None = None
     if known:

@@ -45,12 +45,20 @@ class LoadCollector(Collector):
         usage = GaugeMetricFamily(
             "qos_pod_kv_cache_usage_ratio", "KV-cache usage each pod reported.", labels=["pod"]
         )
+        refusing = GaugeMetricFamily(
+            "qos_pod_refusing",
+            "1 while a pod counts as full because its server refused requests at its own "
+            "queue limits (vllm:admission_rejections rose; overload.refusal_hold_seconds).",
+            labels=["pod"],
+        )
         for pod in load.pods:
             age.add_metric([pod.pod_id], pod.age_seconds)
             if pod.kv_cache_usage is not None:  # a server without a KV figure: none
                 usage.add_metric([pod.pod_id], pod.kv_cache_usage)
+            refusing.add_metric([pod.pod_id], 1 if pod.refusing else 0)
         yield age
         yield usage
+        yield refusing
         unconfirmed = GaugeMetricFamily(
             "qos_engine_priority_unconfirmed_pods",
             "With engine.send_priority on: fresh pods not reporting priority scheduling, "

@@ -39,6 +39,7 @@ from sidecar.loops.overload.admitted import (
 )
 from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate, pool_of
 from sidecar.loops.overload.priority_check import priority_unconfirmed
+from sidecar.loops.overload.refusals import RefusingPods
 from sidecar.loops.overload.reports import ReportStore
 from sidecar.loops.overload.shedding import SheddingState
 
@@ -80,6 +81,7 @@ class LoadMonitor:
         self._unreported: dict[str, tuple[float, float]] = {}
         self._records_paused_until = float("-inf")
         self._most_running: dict[str, int] = {}  # by pod, of those reporting
+        self.refusing = RefusingPods(clock)  # pods refusing at their queue limits
         # Admissions a read waits for (see _until_settled), and its wait.
         self._unsettled: set[ProjectedAdmission] = set()
         self._all_settled: asyncio.Future[None] | None = None
@@ -265,7 +267,7 @@ class LoadMonitor:
         """The state over all pods, and each pool's over its own pods, projected."""
         snapshot = self._snapshot()
         config, pools = snapshot.config, snapshot.pools
-        pods = tuple(pods)
+        pods = self.refusing.marked(tuple(pods), config.overload.refusal_hold_seconds)
         self._most_running = {
             pod.pod_id: max(pod.running, self._most_running.get(pod.pod_id, 0)) for pod in pods
         }

@@ -71,6 +71,7 @@ class ReportStore:
                     pool=report.pool,
                     capacity_tokens_per_second=max(report.capacity_tokens_per_second, 0.0),
                     kv_block_size=report.kv_block_size,
+                    admission_rejections=report.admission_rejections,
                 )
             )
         if dead:

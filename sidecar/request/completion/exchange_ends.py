@@ -14,7 +14,7 @@ from sidecar.config.snapshot import Snapshot
 from sidecar.loops.slo.samples import LATENCY, TTFT, SampleRecorder
 from sidecar.metrics import SidecarMetrics
 from sidecar.request.completion.access_log import ExchangeEnd
-from sidecar.request.completion.settlement import settle
+from sidecar.request.completion.settlement import refused, settle
 from sidecar.request.policy.cost import Reservation
 from sidecar.request.policy.decision import Admission
 from sidecar.request.queueing.queue import AdmissionQueue
@@ -139,4 +139,6 @@ def _how(end: ExchangeEnd) -> str:
         return "upstream_failed"
     if flags.upstream_request_timeout or flags.stream_idle_timeout:
         return "timed_out"
+    if refused(end):
+        return "refused"
     return "completed"

@@ -60,6 +60,9 @@ class EngineSettings:
     # Takes what a platform turns on for some models: prompt embeddings and a request's
     # own chat template (--enable-prompt-embeds, --trust-request-chat-template).
     request_inputs: bool = False
+    # vLLM's --max-num-queued-reqs: past this many unfinished requests a newcomer is
+    # refused with a 503. None: no limit (vLLM's default).
+    max_num_queued_reqs: int | None = None
 
     @property
     def kv_blocks(self) -> int:
@@ -107,6 +110,11 @@ def argv(settings: EngineSettings, port: int) -> list[str]:
         *(
             ("--enable-prompt-embeds", "--trust-request-chat-template")
             if settings.request_inputs
+            else ()
+        ),
+        *(
+            ("--max-num-queued-reqs", str(settings.max_num_queued_reqs))
+            if settings.max_num_queued_reqs is not None
             else ()
         ),
     ]

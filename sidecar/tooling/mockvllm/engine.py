@@ -81,6 +81,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # tokens one step schedules, with chunked prefill
     time_scale: float = 1.0
     seed: int = 0
+    # vLLM's --max-num-queued-reqs: past this many unfinished requests (waiting and
+    # running), a newcomer is refused (503). None: no limit, vLLM's default.
+    max_num_queued_reqs: int | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -93,6 +96,17 @@ class RequestRejected(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class QueueFull(RuntimeError):
+    """Taking the request would pass the engine's queue limit (vLLM answers 503)."""
+
+    # vLLM's own words (QueueOverflowError), and the reason its counter gives.
+    MESSAGE = (
+        "The engine is currently busy and cannot accept new requests. "
+        "Please try again later or on a different instance."
+    )
+    REASON = "max_num_queued_reqs"
 
 
 @dataclass(eq=False)
@@ -143,9 +157,18 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.busy_seconds = 0.0  # computing steps, in the wall clock's seconds
+        self.admission_rejections = 0  # requests refused at the queue limit
         self.on_finish: Callable[[Sequence], None] | None = None
 
     # -- the API the HTTP layer uses ------------------------------------------------
+
+    def check_admission(self, sequences: int) -> None:
+        """Refuse a request of `sequences` answers that would pass the queue limit, as
+        vLLM's API server does before it submits anything (counted by reason)."""
+        limit = self.config.max_num_queued_reqs
+        if limit is not None and len(self.waiting) + len(self.running) + sequences > limit:
+            self.admission_rejections += 1
+            raise QueueFull(QueueFull.MESSAGE)
 
     def submit(
         self,

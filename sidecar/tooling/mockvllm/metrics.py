@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sidecar.tooling.mockvllm.engine import Engine, Sequence
+from sidecar.tooling.mockvllm.engine import Engine, QueueFull, Sequence
 
 LABELS = ["model_name", "engine"]
 ENGINE_INDEX = "0"
@@ -74,6 +74,13 @@ class EngineCollector(Collector):
                 family = kind(name, doc, labels=LABELS)
                 family.add_metric([self._model, ENGINE_INDEX], value)
                 yield family
+        rejections = CounterMetricFamily(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            labels=["model_name", "reason"],
+        )
+        rejections.add_metric([self._model, QueueFull.REASON], engine.admission_rejections)
+        yield rejections
         yield self._cache_config()
 
     def _cache_config(self) -> GaugeMetricFamily:

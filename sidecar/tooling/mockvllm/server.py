@@ -27,7 +27,13 @@ from sidecar.routes.table import RouteTable
 from sidecar.tooling.mockvllm import choices
 from sidecar.tooling.mockvllm.api_shapes import MessagesShaper, ResponsesShaper
 from sidecar.tooling.mockvllm.dialect_metrics import DialectCollector
-from sidecar.tooling.mockvllm.engine import Engine, EngineConfig, RequestRejected, Sequence
+from sidecar.tooling.mockvllm.engine import (
+    Engine,
+    EngineConfig,
+    QueueFull,
+    RequestRejected,
+    Sequence,
+)
 from sidecar.tooling.mockvllm.metrics import EngineCollector, LatencyMetrics
 from sidecar.tooling.mockvllm.openai_shapes import (
     NO_STREAM_USAGE,
@@ -86,6 +92,12 @@ class Settings:
     image_tokens: int = setting(
         576, None, "prompt tokens an image part takes (a 336-pixel CLIP encoder's 24 x 24)"
     )
+    max_num_queued_reqs: int = setting(
+        -1,
+        None,
+        "vLLM's --max-num-queued-reqs: past this many unfinished requests a newcomer is "
+        "answered 503 (-1: no limit)",
+    )
     metrics_dialect: str = setting(
         "vllm",
         None,
@@ -113,6 +125,7 @@ class Settings:
             max_num_batched_tokens=self.max_num_batched_tokens,
             time_scale=self.time_scale,
             seed=self.seed,
+            max_num_queued_reqs=None if self.max_num_queued_reqs < 0 else self.max_num_queued_reqs,
         )
 
 
@@ -258,6 +271,10 @@ class MockVllm:
         # runs them.
         answers = parsed.output.per_request if parsed.kind in SEVERAL and parsed.output else 1
         sequences: list[Sequence] = []
+        try:
+            self.engine.check_admission(answers)
+        except QueueFull as full:
+            return _error(503, str(full), err_type="Service Unavailable")
         try:
             for _ in range(answers):
                 sequences.append(

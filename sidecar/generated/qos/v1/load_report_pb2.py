@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18qos/v1/load_report.proto\x12\x06qos.v1\"\xc1\x02\n\nLoadReport\x12\x0e\n\x06pod_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x01\x12\x17\n\x0fkv_blocks_total\x18\x04 \x01(\x04\x12\x1c\n\x14num_requests_running\x18\x05 \x01(\r\x12\x1c\n\x14num_requests_waiting\x18\x06 \x01(\r\x12\x18\n\x10observed_unix_ms\x18\x07 \x01(\x03\x12\x19\n\x11scheduling_policy\x18\x08 \x01(\t\x12\x0c\n\x04pool\x18\t \x01(\t\x12\"\n\x1a\x63\x61pacity_tokens_per_second\x18\n \x01(\x01\x12\x15\n\rkv_block_size\x18\x0b \x01(\r\x12\x18\n\x10kv_cache_unknown\x18\x0c \x01(\x08\x12\x0f\n\x07\x64ialect\x18\r \x01(\t\"\x1b\n\tReportAck\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\r2?\n\x0cLoadReporter\x12/\n\x06Report\x12\x12.qos.v1.LoadReport\x1a\x11.qos.v1.ReportAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18qos/v1/load_report.proto\x12\x06qos.v1\"\xdf\x02\n\nLoadReport\x12\x0e\n\x06pod_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x01\x12\x17\n\x0fkv_blocks_total\x18\x04 \x01(\x04\x12\x1c\n\x14num_requests_running\x18\x05 \x01(\r\x12\x1c\n\x14num_requests_waiting\x18\x06 \x01(\r\x12\x18\n\x10observed_unix_ms\x18\x07 \x01(\x03\x12\x19\n\x11scheduling_policy\x18\x08 \x01(\t\x12\x0c\n\x04pool\x18\t \x01(\t\x12\"\n\x1a\x63\x61pacity_tokens_per_second\x18\n \x01(\x01\x12\x15\n\rkv_block_size\x18\x0b \x01(\r\x12\x18\n\x10kv_cache_unknown\x18\x0c \x01(\x08\x12\x0f\n\x07\x64ialect\x18\r \x01(\t\x12\x1c\n\x14\x61\x64mission_rejections\x18\x0e \x01(\x04\"\x1b\n\tReportAck\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\r2?\n\x0cLoadReporter\x12/\n\x06Report\x12\x12.qos.v1.LoadReport\x1a\x11.qos.v1.ReportAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'qos.v1.load_report_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOADREPORT']._serialized_start=37
-  _globals['_LOADREPORT']._serialized_end=358
-  _globals['_REPORTACK']._serialized_start=360
-  _globals['_REPORTACK']._serialized_end=387
-  _globals['_LOADREPORTER']._serialized_start=389
-  _globals['_LOADREPORTER']._serialized_end=452
+  _globals['_LOADREPORT']._serialized_end=388
+  _globals['_REPORTACK']._serialized_start=390
+  _globals['_REPORTACK']._serialized_end=417
+  _globals['_LOADREPORTER']._serialized_start=419
+  _globals['_LOADREPORTER']._serialized_end=482
 # @@protoc_insertion_point(module_scope)
