@@ -50,6 +50,7 @@ class Refusal(Exception):
         self.retry_after = retry_after
 
 
-def shed(reason: Reason, tier: str) -> Refusal:
-    """A shed of `tier` (its answer is the tier's fallback, not this message)."""
-    return Refusal(reason, f"Tier {tier} is shed: {reason.value}.")
+def shed(reason: Reason, tier: str, retry_after: float | None = None) -> Refusal:
+    """A shed of `tier` (its answer is the tier's fallback, not this message);
+    `retry_after`: the seconds after which the tier is foreseen admitted again, if any."""
+    return Refusal(reason, f"Tier {tier} is shed: {reason.value}.", retry_after=retry_after)

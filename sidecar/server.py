@@ -195,6 +195,7 @@ class SidecarServer:
             reports,
             self.watcher.snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
+            residence=self.queue.residence_seconds,
             records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())

@@ -70,7 +70,10 @@ class TierConfig(Strict):
     fallback: FallbackKind = FallbackKind.COMPLETION
     # The shed answer's text; may contain {retry_after}.
     fallback_message: Annotated[str, Field(min_length=1, max_length=1000)] = DEFAULT_MESSAGE
-    # Retry-After of the tier's sheds.
+    # The longest Retry-After of the tier's sheds: each says when the gateway foresees
+    # the tier admitted again (the queue's or the bucket's line drained, the watermark
+    # recovered, the bucket refilled), and this where nothing is foreseen (core-only,
+    # forced, no reports).
     retry_after_seconds: Annotated[int, Field(ge=1, le=3600)] = 15
     # Pools that serve the tier's requests its own pool sheds for load or for this tier's
     # budget, tried in order: the request goes to the first that admits it, its `model`
@@ -89,8 +92,10 @@ class TierConfig(Strict):
             ) from None
         return message
 
-    def message(self) -> str:
-        return self.fallback_message.format(retry_after=self.retry_after_seconds)
+    def message(self, retry_after: int | None = None) -> str:
+        """The fallback's text, saying when to retry (whole seconds; default the most)."""
+        seconds = self.retry_after_seconds if retry_after is None else retry_after
+        return self.fallback_message.format(retry_after=seconds)
 
 
 class TiersConfig(Strict):

@@ -344,14 +344,19 @@ def decider_with(limiter, shedding, mode=None, **config) -> AdmissionDirector:
 @pytest.mark.asyncio
 async def test_an_overload_shed_answers_without_asking_redis():
     limiter = FakeLimiter()
-    shed = decider_with(limiter, Shedding(p2=Reason.SHED_KV_WATERMARK))
+    shedding = Shedding(p2=Reason.SHED_KV_WATERMARK)
+    shed = decider_with(limiter, shedding)
     answer = await shed.decide(chat("k-p2"))
     assert isinstance(answer, Respond)
     assert (answer.status, answer.reason) == (200, "shed_kv_watermark")
-    assert answer.headers["retry-after"] == "15"
+    assert answer.headers["retry-after"] == "15"  # nothing foreseen: the tier's longest
     assert limiter.calls == []
     assert isinstance(await shed.decide(chat("k-p0")), Admit)
     assert len(limiter.calls) == 1
+    # The watermark foreseen back in 2.4 s: told so.
+    shedding.state.recovery[Tier.P2] = 2.4
+    foreseen = await shed.decide(chat("k-p2"))
+    assert (foreseen.headers["retry-after"], foreseen.headers["retry-after-ms"]) == ("3", "2400")
 
 
 @pytest.mark.asyncio

@@ -139,6 +139,8 @@ async def test_a_wait_foreseen_longer_than_the_tier_allows_is_answered_at_once()
     shed = await decider.decide(chat("k-p2"))
     assert isinstance(shed, Respond) and shed.reason == "shed_queue_foreseen"
     assert shed.status == 200  # its tier's fallback, as after a wait
+    # To come back once the queue has drained by what it outlasts its wait by.
+    assert shed.headers["retry-after-ms"] == str(round((2.5 - 2.0) * 1000))
     # P0 may wait 10 s: it is held, and told what its wait was foreseen to be.
     held = await begin(decider, chat("k-p0"))
     assert held.holds == [10.0]
@@ -307,3 +309,19 @@ def test_a_stream_late_behind_the_engines_queue_alone_is_not_probed():
     queued = FirstTokenForecast(engine_queue=3.0, rest=3.5)  # P1's target: 3 s
     assert not forecaster.probe(Tier.P1, pool, queued)
     assert forecaster.probe(Tier.P1, pool, FirstTokenForecast(engine_queue=0.5, rest=3.5))
+
+
+def test_a_request_s_time_in_flight_is_what_is_held_over_the_release_rate():
+    """Little's law over the sidecar's own slots: 20 held, 4 given back a second."""
+    clock = Clock()
+    admission = AdmissionQueue(QosConfig, clock=clock)
+    slots = [admission.try_take(Tier.P1, "t") for _ in range(60)]
+    assert admission.residence_seconds(None) is None  # no release seen yet
+    for slot in slots[:40]:
+        clock.now += 0.25
+        admission.release(slot.id)
+    pool = slots[0].pool
+    assert admission.release_rate(pool) == pytest.approx(40 / 10)
+    assert admission.residence_seconds(pool) == pytest.approx(20 / 4)
+    assert admission.residence_seconds(None) == admission.residence_seconds(pool)
+    assert admission.residence_seconds("another-pool") is None

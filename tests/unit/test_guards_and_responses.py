@@ -70,14 +70,15 @@ def test_shed_fallback_is_a_whole_completion(form):
     answer = respond(SHED, ResponseShape(text=form, model="m"), P2, "p2")
     body = json.loads(answer.body)
     assert answer.status == 200
-    assert answer.headers["retry-after"] == "15"
+    # Back when its bucket has refilled (0.2 s), in whole seconds and in milliseconds.
+    assert (answer.headers["retry-after"], answer.headers["retry-after-ms"]) == ("1", "200")
     assert answer.headers["x-qos-decision"] == "shed_tier_budget"
     assert answer.headers["content-type"] == "application/json"
     assert body["object"] == ("chat.completion" if form is TextForm.CHAT else "text_completion")
     assert body["choices"][0]["finish_reason"] == FINISH_REASON
     assert body["model"] == "m"
     text = body["choices"][0].get("text") or body["choices"][0]["message"]["content"]
-    assert "retry in 15 s" in text
+    assert "retry in 1 s" in text
 
 
 def test_streamed_fallback_is_one_chunk_then_done():
@@ -94,11 +95,25 @@ def test_streamed_fallback_is_one_chunk_then_done():
 
 def test_tiers_preferring_errors_get_a_429_error_object():
     tier = TierConfig(share=0.05, fallback=FallbackKind.ERROR, retry_after_seconds=30)
-    answer = respond(SHED, ResponseShape(text=TextForm.CHAT), tier, "p2")
+    unforeseen = Refusal(Reason.SHED_CORE_ONLY, "core-only")
+    answer = respond(unforeseen, ResponseShape(text=TextForm.CHAT), tier, "p2")
     assert answer.status == 429
-    assert answer.headers["retry-after"] == "30"
+    assert answer.headers["retry-after"] == "30"  # nothing foreseen: the tier's longest
     error = json.loads(answer.body)["error"]
     assert error["code"] == "load_shedding" and "retry in 30 s" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("foreseen", "told_ms"),
+    [(None, 15_000), (2.5, 2_500), (0.001, 50), (90.0, 15_000)],
+)
+def test_a_shed_is_told_to_come_back_when_its_tier_is_foreseen_back(foreseen, told_ms):
+    """Within [50 ms, the tier's retry_after_seconds]; the latter where nothing is
+    foreseen."""
+    refusal = Refusal(Reason.SHED_KV_WATERMARK, "watermark", retry_after=foreseen)
+    answer = respond(refusal, ResponseShape(text=TextForm.CHAT), P2, "p2")
+    assert answer.headers["retry-after-ms"] == str(told_ms)
+    assert answer.headers["retry-after"] == str(-(-told_ms // 1000))
 
 
 def test_errors_carry_their_status_reason_and_retry_after():

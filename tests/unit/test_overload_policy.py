@@ -135,3 +135,21 @@ def test_operator_modes(mode, expected):
     shedding_at(state, 0.9)
     snapshot = Snapshot(1, CONFIG, {}, mode)
     assert {tier: overload_refusal(tier, snapshot, state) for tier in Tier} == expected
+
+
+def test_a_shed_tier_is_foreseen_back_once_its_share_of_the_work_has_ended():
+    state = SheddingState()
+    # 5 % free, P2 back at 17 % (15 % + 2): 12 points of the 95 in use must end, that
+    # share of the requests in flight, each in flight 4 s on average.
+    state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, residence=4.0)
+    assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
+    assert state.recovery[Tier.P2] == pytest.approx(4.0 * 0.12 / 0.95)
+    assert state.recovery[Tier.P1] == pytest.approx(4.0 * (0.08 + 0.02 - 0.05) / 0.95)
+    assert state.recovery[Tier.P0] is None  # not shed
+    # In flight: 90 of 100, P2 back at 78: 12 of the 90 must end.
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, residence=3.0)
+    assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
+    assert state.recovery[Tier.P2] == pytest.approx(3.0 * 12 / 90)
+    # No time in flight known yet: nothing foreseen.
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG)
+    assert state.recovery[Tier.P2] is None

@@ -61,10 +61,12 @@ class LoadMonitor:
         clock: Callable[[], float] = time.monotonic,
         gateway_in_flight: Callable[[str | None], int] = lambda _pool: 0,
         records: AdmissionRecords | None = None,
+        residence: Callable[[str | None], float | None] = lambda _pool: None,
     ) -> None:
         self._store = store
         self._records = records
         self._gateway_in_flight = gateway_in_flight
+        self._residence = residence  # a request's mean seconds in flight, per pool
         self._snapshot = snapshot
         self._interval = interval
         self._clock = clock
@@ -275,6 +277,7 @@ class LoadMonitor:
             self._projected(aggregate(pods, self._most_running), None),
             config,
             self._gateway_in_flight(None),
+            residence=self._residence(None),
         )
         by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
         for pod in pods:
@@ -285,7 +288,8 @@ class LoadMonitor:
         for pool in pools:
             state = self.state.pools.get(pool.name) or SheddingState()
             load = self._projected(aggregate(by_pool[pool.name], self._most_running), pool.name)
-            state.update(load, config, self._gateway_in_flight(pool.name), pool)
+            in_flight, residence = self._gateway_in_flight(pool.name), self._residence(pool.name)
+            state.update(load, config, in_flight, pool, residence)
             states[pool.name] = state
         self.state.pools = states
 

@@ -3,6 +3,13 @@
 `SheddingState.update` runs each time the cluster load is refreshed (every ~100 ms), not
 per request; a request only reads the result. A tier starts shedding when a signal
 crosses its threshold and stops only once the signal is `hysteresis` back past it.
+
+When it is foreseen back (`recovery`, the Retry-After of its sheds): the signal must
+recover by some share of what the engines hold (the free KV's deficit over the KV in
+use, the in-flight excess over the requests in flight); that share of the work in flight
+ends in that share of a request's mean time in flight (`residence`: Little's law over
+the slots this sidecar holds and gives back). Admissions of the tiers above meanwhile
+are not foreseen.
 """
 
 from __future__ import annotations
@@ -23,12 +30,19 @@ def _gate(active: bool, value: float, threshold: float, hysteresis: float, above
     return value < threshold + (hysteresis if active else 0.0)
 
 
+def _share(deficit: float, held: float) -> float | None:
+    """The share of what is held that must go for a deficit to close."""
+    return min(max(deficit, 0.0) / held, 1.0) if held > 0 else None
+
+
 @dataclass
 class SheddingState:
     """Per tier: the overload rule now shedding it, if any. The monitor keeps one over all
     pods and one per pool (`pools`); a request reads its pool's."""
 
     shedding: dict[Tier, Reason | None] = field(default_factory=lambda: dict.fromkeys(Tier))
+    # Per tier shed by a rule: the seconds until it is foreseen admitted again, if known.
+    recovery: dict[Tier, float | None] = field(default_factory=lambda: dict.fromkeys(Tier))
     load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
     pools: dict[str, SheddingState] = field(default_factory=dict)
 
@@ -46,18 +60,31 @@ class SheddingState:
         config: QosConfig,
         gateway_in_flight: int = 0,
         pool: Pool | None = None,
+        residence: float | None = None,
     ) -> None:
         """`gateway_in_flight`: requests the sidecars hold slots for, cluster-wide; the
         in-flight rule uses it or the engines' own count, whichever is higher. `pool`: the
-        pool whose thresholds and limit apply (default: the top-level ones)."""
+        pool whose thresholds and limit apply (default: the top-level ones). `residence`:
+        a request's mean seconds in flight lately, None when not known."""
         self.load = load
         in_flight = max(load.in_flight, gateway_in_flight)
         tiers = pool.tiers if pool else config.tiers
         max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
+        hysteresis = config.overload.hysteresis
         for tier in TIERS:
-            self.shedding[tier] = self._rule(
-                tiers[tier], tier, load, in_flight / max_concurrency, config, self.shedding[tier]
+            settings = tiers[tier]
+            rule = self._rule(
+                settings, tier, load, in_flight / max_concurrency, config, self.shedding[tier]
             )
+            self.shedding[tier] = rule
+            share = None
+            if rule is Reason.SHED_KV_WATERMARK and settings.shed_below_free_kv is not None:
+                free = load.free_kv_ratio or 0.0
+                share = _share(settings.shed_below_free_kv + hysteresis - free, 1.0 - free)
+            elif rule is Reason.SHED_INFLIGHT and settings.shed_above_inflight is not None:
+                back = settings.shed_above_inflight - hysteresis
+                share = _share(in_flight - back * max_concurrency, in_flight)
+            self.recovery[tier] = None if share is None or residence is None else share * residence
 
     @staticmethod
     def _rule(

@@ -158,7 +158,10 @@ def admissible(candidates: Candidates) -> Candidates:
     elsewhere = tuple(place for place in candidates.elsewhere if not _sheds(place, state))
     if reason is None:
         return Candidates(home, elsewhere)
-    refusal = shed(reason, home.tier.value)
+    own = state.for_pool(home.pool.name)
+    # The rule's own forecast of when the tier is back (none for the operator's sheds).
+    foreseen = own.recovery[home.tier] if reason is own.shedding[home.tier] else None
+    refusal = shed(reason, home.tier.value, foreseen)
     if reason not in OVERFLOW_REASONS or not elsewhere:
         raise refusal
     return Candidates(home, elsewhere, home_shed=refusal)

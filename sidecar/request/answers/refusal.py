@@ -57,6 +57,9 @@ _TGI_ERRORS = {
 }
 _TGI_SHED = (429, "overloaded")
 
+# The soonest a shed's client is told to come back: sooner, a retry is noise.
+MIN_RETRY_AFTER_SECONDS = 0.05
+
 _FALLBACKS: dict[TextForm, Callable[[ResponseShape, str], tuple[bytes, str]]] = {
     TextForm.CHAT: openai.completion_fallback,
     TextForm.COMPLETION: openai.completion_fallback,
@@ -99,24 +102,40 @@ def respond(
         headers["x-qos-tier"] = tier_name
     shed = refusal.reason.is_shed
     if shed and tier is not None:
-        headers["retry-after"] = str(tier.retry_after_seconds)
+        seconds = shed_retry_after(refusal.retry_after, tier)
+        _retry_after(headers, seconds)
+        text = tier.message(max(1, math.ceil(seconds)))
         if tier.fallback is FallbackKind.COMPLETION and shape.text is not None:
-            body, content_type = _FALLBACKS[shape.text](shape, tier.message())
+            body, content_type = _FALLBACKS[shape.text](shape, text)
             headers["content-type"] = content_type
             return Respond(200, body, refusal.reason, headers, tier_name)
-        message = tier.message()
+        message = text
     else:
         message = refusal.message
         if refusal.retry_after is not None:
-            headers["retry-after"] = str(max(1, math.ceil(refusal.retry_after)))
-            # Retry-After counts whole seconds, too coarse for a bucket that refills in
-            # half of one; the official clients wait this one first when it is there.
-            headers["retry-after-ms"] = str(max(1, math.ceil(refusal.retry_after * 1000)))
+            _retry_after(headers, refusal.retry_after)
     if refusal.reason is Reason.UNAUTHENTICATED:
         headers["www-authenticate"] = "Bearer"
     headers["content-type"] = "application/json"
     status, body = _error(shape.api, refusal, message, shed)
     return Respond(status, body, refusal.reason, headers, tier_name)
+
+
+def shed_retry_after(foreseen: float | None, tier: TierConfig) -> float:
+    """When a shed's client is told to come back: when the tier is foreseen admitted
+    again, within [MIN_RETRY_AFTER_SECONDS, the tier's retry_after_seconds]; the latter
+    when nothing is foreseen."""
+    longest = tier.retry_after_seconds
+    if foreseen is None:
+        return longest
+    return min(max(foreseen, MIN_RETRY_AFTER_SECONDS), longest)
+
+
+def _retry_after(headers: dict[str, str], seconds: float) -> None:
+    headers["retry-after"] = str(max(1, math.ceil(seconds)))
+    # Retry-After counts whole seconds, too coarse for a bucket that refills in half of
+    # one; the official clients wait this one first when it is there.
+    headers["retry-after-ms"] = str(max(1, math.ceil(seconds * 1000)))
 
 
 def _error(api: Api, refusal: Refusal, message: str, shed: bool) -> tuple[int, bytes]:

@@ -24,7 +24,8 @@ def budget_refusal(
             f"Rate limit reached for tenant {tenant}.",
             retry_after=verdict.retry_after,
         )
-    return shed(budget_reason(verdict), tier)
+    # Shed for the tier's budget: to come back once the bucket has refilled.
+    return shed(budget_reason(verdict), tier, verdict.retry_after)
 
 
 def too_big(tier: str, tenant: str, cost: float, bucket: BucketSpec) -> Refusal:

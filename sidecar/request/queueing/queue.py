@@ -127,6 +127,14 @@ class AdmissionQueue:
         """Slots given back in `pool` per second lately; None while too few to tell."""
         return self._release_rate(pool).per_second()
 
+    def residence_seconds(self, pool: str | None) -> float | None:
+        """A request's mean seconds in flight in `pool` (None: in every pool) lately, by
+        Little's law over this sidecar's own slots and releases; None while not known."""
+        names = list(self._release_rates) if pool is None else [pool]
+        rates = [rate for name in names if (rate := self.release_rate(name)) is not None]
+        held = sum(self.slots.in_pool(name) for name in names)
+        return held / sum(rates) if rates and held else None
+
     def free_slots(self, pool: Pool | None = None) -> int:
         return self._free_in(self._pool(pool))
 

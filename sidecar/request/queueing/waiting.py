@@ -177,7 +177,8 @@ class Waiting:
         # A probe is to be timed: one whose response is watched (sampled at its headers).
         probed = late and view.response_watched and forecaster.probe(tier, pool, first_token)
         if late and not probed:
-            raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value)
+            # To come back once the engine's queue has drained by what it is late by.
+            raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, tier.value, -leaves)
         leaves -= first_token.growth  # the wait's end foreseen later than now
         return Patience(max_wait(view.headers, settings, leaves), first_token)
 
@@ -199,7 +200,8 @@ class Waiting:
         too_late = foreseen > wait - lines.margin(key)
         cutoff = self._demand.cutoff
         if config.foresee_waits and (too_late or cost > cutoff(bucket.key, bucket.rate)):
-            raise shed(budget_reason(last), tier.value)
+            # To come back once the line has drained by what it outlasts its wait by.
+            raise shed(budget_reason(last), tier.value, max(foreseen - wait, 0.0))
         return InLine(last, foreseen)
 
     def line_after(self, refused: Verdict, wait: float) -> InLine | None:
@@ -244,7 +246,7 @@ class Waiting:
             reason = Reason.SHED_QUEUE_TIMEOUT
         if slot is None:
             self._give_back(wait.reservation)
-            raise shed(reason, wait.tier.value)
+            raise shed(reason, wait.tier.value, queue.foreseen_wait(wait.tier, wait.pool))
         waited = self._clock() - started
         first_token = self._first_token_after(queue, wait, slot.id, waited)
         return Turn(slot.id, waited, foreseen, first_token)
@@ -259,27 +261,27 @@ class Waiting:
             return None
         forecast = self._first_tokens.foresee(wait.tier, wait.pool, due.cost, at_admission=True)
         queue.first_tokens.note_growth(wait.tier, wait.pool.name, forecast.seconds - due.foreseen)
-        if due.sheddable and waited + forecast.seconds > due.target:
+        late_by = waited + forecast.seconds - due.target
+        if due.sheddable and late_by > 0:
             queue.cancel(slot)
             self._give_back(wait.reservation)
-            raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, wait.tier.value)
+            raise shed(Reason.SHED_FIRST_TOKEN_FORESEEN, wait.tier.value, late_by)
         return forecast
 
     def _slot_foreseen(self, queue: AdmissionQueue, wait: Wait) -> float | None:
         """The foreseen wait for a slot, when it may wait that long; else its refusal (its
         budget given back)."""
-        reason = None
-        foreseen = None
+        foreseen = queue.foreseen_wait(wait.tier, wait.pool)
         if wait.max_wait <= 0:  # its client will not wait at all
             reason = Reason.SHED_QUEUE_TIMEOUT
+        elif foreseen is not None and foreseen > wait.max_wait:
+            reason = Reason.SHED_QUEUE_FORESEEN
         else:
-            foreseen = queue.foreseen_wait(wait.tier, wait.pool)
-            if foreseen is not None and foreseen > wait.max_wait:
-                reason = Reason.SHED_QUEUE_FORESEEN
-        if reason is not None:
-            self._give_back(wait.reservation)
-            raise shed(reason, wait.tier.value)
-        return foreseen
+            return foreseen
+        self._give_back(wait.reservation)
+        # To come back once the queue ahead has drained by what it outlasts its wait by.
+        later = None if foreseen is None else foreseen - max(wait.max_wait, 0.0)
+        raise shed(reason, wait.tier.value, later)
 
     async def _budget_turn(self, wait: Wait, budget: BudgetTurn, deadline: float) -> None:
         """In line for the bucket's refill until it takes the request, within its wait."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -40,6 +40,12 @@ class Outcome:
     late: float = 0.0  # sent this long after its planned start
     pool: str = ""  # the model pool it was meant for
     served_by: str = ""  # the pool that served it instead, when it overflowed
+    retry_after: float | None = None  # a shed's: when it was told to come back, seconds
+
+    @property
+    def answered_at(self) -> float:
+        """When its answer was complete, seconds into the run."""
+        return self.at + self.late + self.seconds
 
 
 async def offer(
@@ -97,11 +103,13 @@ async def send(
         ttft: float | None = None,
         tpot: float | None = None,
         served_by: str = "",
+        retry_after: float | None = None,
     ) -> Outcome:
         seconds = time.monotonic() - sent
         return Outcome(tier, request.at, result, detail, seconds, ttft, tpot,
                        prompt_tokens=request.prompt_tokens, late=sent - planned,
-                       pool=request.pool, served_by=served_by)  # fmt: skip
+                       pool=request.pool, served_by=served_by,
+                       retry_after=retry_after)  # fmt: skip
 
     try:
         async with session.post(
@@ -110,7 +118,7 @@ async def send(
             decision = response.headers.get(DECISION_HEADER)
             if decision is not None:  # the gateway answered: a fallback or a refusal
                 await response.read()
-                return outcome(SHED, decision)
+                return outcome(SHED, decision, retry_after=told_retry_after(response.headers))
             if response.status == TOO_MANY_REQUESTS:  # a peer gateway's limit refused it
                 await response.read()
                 return outcome(SHED, "429 Too Many Requests")
@@ -128,6 +136,19 @@ async def send(
     ttft = first - sent
     tpot = (last - first) / (tokens - 1) if tokens > 1 else None
     return outcome(SERVED, "", ttft=ttft, tpot=tpot, served_by=moved)
+
+
+def told_retry_after(headers: Mapping[str, str]) -> float | None:
+    """When an answer says to come back, in seconds: retry-after-ms (what the official
+    clients read first), else Retry-After's seconds."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue  # an HTTP date: not the gateway's
+    return None
 
 
 async def _read_stream(response: aiohttp.ClientResponse) -> tuple[float | None, float, int, bool]:

@@ -35,6 +35,7 @@ from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import field_tool, litellm_peer, report, screenshots
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks.busy import BusyShare, wait_until_idle
+from sidecar.tooling.benchmarks.comeback import comebacks
 from sidecar.tooling.benchmarks.field_sale import SEATS, FieldSale
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
@@ -407,6 +408,13 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             f" to the {name} processor: p50 {figures['p50_ms']:.2f} ms,"
             f" p99 {figures['p99_ms']:.2f} ms"
         )
+    told = comebacks(outcomes[QOS]) if QOS in outcomes else {}
+    for shed, figures in told.items():
+        print(
+            f"{QOS}: {figures['sheds']} {shed} told to come back after"
+            f" {figures['told_median_s']:.2f} s (median), admitted again after"
+            f" {figures['took_median_s']:.2f} s; {figures['within_share']:.0%} told within 50 %"
+        )
     for tier, counts in settlement.items():
         print(
             f"{QOS}: {tier.upper()} output tokens reserved {counts['reserved']:,.0f}, "
@@ -426,6 +434,7 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             "grpc_probes": probes,
             "gateway_shed_ms": gateway_sheds,
             "output_settlement": settlement,
+            "comebacks": told,
             "gpu_busy_share": busy_shares,
             "gateway_cpu_ms_per_request": gateway_cpu_ms,
             "load_tool": tool_figures,
