@@ -12,6 +12,9 @@ none do). In flight: Σ (running_i + waiting_i), the requests the engines hold. 
 pod was seen running at once (its max_num_seqs, once it has been full): past them an
 admission waits in the engine's own queue.
 
+A pod refusing at its queue limits (overload/refusals.py) counts as full, whatever its
+KV use.
+
 Projected load (overload/admitted.py): what was admitted since a pod's report, that pod's
 share of it by its size, is added to the blocks in use and to the requests in flight;
 `reported` keeps the view the reports alone give.
