@@ -41,7 +41,9 @@ async def write_config(store: ConfigStore, held: Snapshot, config: QosConfig, pa
     """The document `path` declares, unless the store holds it; True when written."""
     if held.config == config and held.declared_config == path:
         return False
-    await store.save_config(config, held.store_id, declared_by=path, actor=FILE_ACTOR)
+    await store.save_config(
+        config, held.store_id, declared_by=path, actor=FILE_ACTOR, whole=store.whole
+    )
     return True
 
 

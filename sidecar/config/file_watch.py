@@ -38,7 +38,7 @@ from sidecar.config.declared import (
 from sidecar.config.file_reader import read_apart
 from sidecar.config.files import FileRefused, Read
 from sidecar.config.snapshot import Snapshot
-from sidecar.config.store import ConfigStore, StoreLost
+from sidecar.config.store import ConfigStore, StoreLost, StorePartlyLost
 from sidecar.config.watcher import ConfigWatcher
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,8 @@ class FileWatch:
                 await self._apply(self._config_file, "config", self._write_config)
             if self._tenants_file is not None:
                 await self._apply(self._tenants_file, "tenants", self._write_tenants)
-        except StoreLost:
-            pass  # Redis lost the configuration: the watcher puts it back first
+        except (StoreLost, StorePartlyLost):
+            pass  # Redis lost (parts of) the configuration: the watcher puts it back first
         except StoreMoved:
             # Changed since the tenants file's plan: plan again on what it now holds.
             await self._watcher.refresh()
@@ -157,6 +157,9 @@ class FileWatch:
                 f"{allowed:g} allowed at once (a change meant so says max_revoked_share "
                 "in the file, or the sidecars allow more: --tenants-file-max-revoked-share)"
             )
+        # A new version over parts lost would carry the loss on: they are put back first.
+        if not await self._store.whole():
+            raise StorePartlyLost("parts of the configuration in Redis are lost")
         return await write_tenants(self._store.client, plan)
 
     def _refuse(self, path: Path, why: str) -> None:

@@ -119,6 +119,13 @@ async def check(client: redis.Redis) -> StateCheck | None:
     return StateCheck(int(version or 0), _text(identity or b""), digest, _text(recorded or b""))
 
 
+async def whole(client: redis.Redis) -> bool:
+    """Whether the store holds what was recorded for its version (or moved meanwhile: a
+    change, whose writer found it whole)."""
+    found = await check(client)
+    return found is None or not found.partial
+
+
 async def _entries(client: redis.Redis, key: str) -> dict[bytes, bytes]:
     """A hash read in pages (HSCAN): Redis is not held for a large one."""
     return {field: value async for field, value in client.hscan_iter(key, count=500)}

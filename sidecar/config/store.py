@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -104,9 +104,25 @@ class ConfigInvalid(ValueError):
         self.fallback = fallback
 
 
+class StorePartlyLost(Exception):
+    """Parts of the store are lost or changed behind its version (a key deleted by hand,
+    evicted): a change written now would carry the loss into a new version, where no
+    record of the old one tells it any more. The sidecars put the parts back first."""
+
+
+# Tells whether the store is whole: what it holds is what was recorded for its version.
+Whole = Callable[[], Awaitable[bool]]
+
+
 class ConfigStore:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
+
+    async def whole(self) -> bool:
+        """Whether the store holds what was recorded for its version."""
+        from sidecar.config import recovery  # which reads the store's keys from here
+
+        return await recovery.whole(self._redis)
 
     @property
     def client(self) -> redis.Redis:
@@ -203,11 +219,13 @@ class ConfigStore:
         declared_by: str | None = None,
         *,
         actor: Actor = PROGRAM,
+        whole: Whole | None = None,
     ) -> int:
         """A new document; the controller starts again from its shares. `held`, here
         and in every change: the identity of the store the writer read (StoreLost when
         Redis no longer holds it); None: whatever store Redis holds, made new if empty.
-        `actor`, in every change: who makes it, for the record (config/audit.py)."""
+        `actor`, in every change: who makes it, for the record (config/audit.py).
+        `whole`, for a sidecar's own writes: only into a store found whole."""
 
         document = config.model_dump_json()
         what = f"configuration from {declared_by}" if declared_by else "configuration set"
@@ -226,7 +244,7 @@ class ConfigStore:
             changed = differences(before, json.loads(document))
             return write, actor.entry("config", what, changed)
 
-        return await self._change(change, held, watch=(DOC_KEY,))
+        return await self._change(change, held, watch=(DOC_KEY,), whole=whole)
 
     async def save_shares(
         self,
@@ -235,10 +253,12 @@ class ConfigStore:
         pool: str = DEFAULT_POOL,
         held: str | None = None,
         before: dict[Tier, float] | None = None,
+        whole: Whole | None = None,
     ) -> int:
         """The SLO controller's new shares for one pool, and a line of history saying why
         (with the shares `before` it, when given). Stored as {pool: {tier: share}}; the
-        other pools' shares are kept."""
+        other pools' shares are kept. With `whole`, written only into a store it finds
+        whole (StorePartlyLost otherwise)."""
         document = _rounded(shares)
         line: dict[str, Any] = {"at": time.time(), "reason": reason, "shares": document}
         line |= {"pool": pool} | ({"before": _rounded(before)} if before else {})
@@ -258,7 +278,7 @@ class ConfigStore:
 
             return write, None  # the controller's own record, above
 
-        return await self._change(change, held, watch=(SHARES_KEY,))
+        return await self._change(change, held, watch=(SHARES_KEY,), whole=whole)
 
     async def adjustments(self, count: int = 20) -> list[dict[str, Any]]:
         """The controller's latest adjustments, newest first."""
@@ -375,19 +395,31 @@ class ConfigStore:
         return None if name is None else _text(name)
 
     async def _change(
-        self, plan: Callable[[list[Any]], Write], held: str | None, watch: tuple[str, ...]
+        self,
+        plan: Callable[[list[Any]], Write],
+        held: str | None,
+        watch: tuple[str, ...],
+        whole: Whole | None = None,
     ) -> int:
         """One change, in one transaction, in the store `held` names (or, with none held,
         in whatever store Redis holds): `plan` is given the `watch` keys' values and
-        returns the commands to queue and the record of the change; the version bumps."""
+        returns the commands to queue and the record of the change; the version bumps.
+        With `whole`, only into a store found whole, every part it is checked by watched
+        until the change is written (a part lost meanwhile: checked again)."""
         store = held if held is not None else await self.initialize()
+        checked = (*CHECKED_STRINGS, *CHECKED_HASHES) if whole is not None else ()
         while True:
             try:
                 async with self._redis.pipeline(transaction=True) as pipe:
-                    await pipe.watch(STORE_KEY, *watch)
+                    await pipe.watch(STORE_KEY, *dict.fromkeys((*watch, *checked)))
                     found = await pipe.get(STORE_KEY)
                     if found is None or _text(found) != store:
                         raise StoreLost(f"Redis no longer holds the store {store}")
+                    if whole is not None and not await whole():
+                        raise StorePartlyLost(
+                            "parts of the configuration in Redis are lost or changed behind "
+                            "its version"
+                        )
                     olds = [await pipe.get(key) for key in watch]
                     write, entry = plan(olds)
                     pipe.multi()

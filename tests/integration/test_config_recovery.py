@@ -22,8 +22,10 @@ from sidecar.config.store import (
     DOC_KEY,
     MODE_KEY,
     TENANTS_KEY,
+    VERSION_KEY,
     ConfigStore,
     StoreLost,
+    StorePartlyLost,
     tenant_keys_key,
 )
 from sidecar.config.watcher import ConfigWatcher
@@ -173,6 +175,40 @@ async def test_a_part_changed_behind_the_version_is_told_and_put_back_once(aredi
     assert after is not None and not after.partial and not partly_lost(held, after)
     (entry,) = await store.audit(1)
     assert entry.kind == "put-back" and entry.changes[0].field == "parts"
+
+
+async def test_the_controller_writes_no_new_version_over_a_part_lost(aredis):
+    """A change bumps the version, where the record of the old one no longer tells a part
+    lost: written only into a store found whole, and a part lost while it is written makes
+    it look again (every checked part is watched until the write)."""
+    store = ConfigStore(aredis)
+    held = await configured(store)
+    await record(aredis, held)
+    shares = {Tier.P0: 0.6, Tier.P1: 0.3, Tier.P2: 0.1}
+    await aredis.delete(MODE_KEY)
+    with pytest.raises(StorePartlyLost):
+        await store.save_shares(shares, "test", held=held.store_id, whole=store.whole)
+    assert int(await aredis.get(VERSION_KEY)) == held.version  # nothing written
+    written = await put_back(aredis, held, await check(aredis))
+    assert written is not None
+
+    looked = 0
+
+    async def lost_while_looking() -> bool:
+        """Whole when first looked at; the mode deleted right after, before the write."""
+        nonlocal looked
+        looked += 1
+        answer = await store.whole()
+        if looked == 1:
+            await aredis.delete(MODE_KEY)
+        return answer
+
+    with pytest.raises(StorePartlyLost):
+        await store.save_shares(shares, "test", held=held.store_id, whole=lost_while_looking)
+    assert looked == 2 and int(await aredis.get(VERSION_KEY)) == written.version
+    await put_back(aredis, written, await check(aredis))
+    version = await store.save_shares(shares, "test", held=held.store_id, whole=store.whole)
+    assert version == written.version + 1  # whole again: written
 
 
 async def test_a_tenants_file_writes_what_changed_against_the_version_it_was_planned_on(

@@ -21,7 +21,7 @@ from sidecar.background import Background
 from sidecar.config.base import Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool
 from sidecar.config.snapshot import Snapshot
-from sidecar.config.store import ConfigStore, StoreLost
+from sidecar.config.store import ConfigStore, StoreLost, StorePartlyLost
 from sidecar.loops.slo.control import Adjustment, Compliance, adjust
 from sidecar.loops.slo.lease import Lease
 from sidecar.loops.slo.samples import SampleStore
@@ -107,11 +107,17 @@ class SloController:
         if step is None:
             return None
         try:
-            # Only into the store it read: never a fresh document over a lost one.
+            # Only into the store it read, and whole: never a fresh document over a lost
+            # one, nor a new version over parts lost (it would carry the loss on).
             await self._store.save_shares(
-                step.shares, step.reason, pool.name, snapshot.store_id, before=shares
+                step.shares,
+                step.reason,
+                pool.name,
+                snapshot.store_id,
+                before=shares,
+                whole=self._store.whole,
             )
-        except StoreLost:
+        except (StoreLost, StorePartlyLost):
             log.warning("SLO controller: Redis lost the configuration; no move until it is back")
             return None
         self.adjusted_at[pool.name] = self._clock()
