@@ -112,7 +112,7 @@ class StreamTail:
     def _end_completion(self) -> bytes:
         first = self._first or {}
         chat = self._form is TextForm.CHAT
-        gap = {"delta": {}} if chat else {"text": ""}
+        gap: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
         choices = [
             {"index": index, **gap, "logprobs": None, "finish_reason": EVICTED}
             for index in sorted(self._choices or {0})
@@ -128,7 +128,9 @@ class StreamTail:
         return event(body) + b"data: [DONE]\n\n"
 
     def _end_message(self) -> bytes:
-        closing = [("content_block_stop", {"index": index}) for index in self._open_blocks]
+        closing: list[tuple[str, dict[str, Any]]] = [
+            ("content_block_stop", {"index": index}) for index in self._open_blocks
+        ]
         usage = {"output_tokens": self._deltas}
         delta = {"stop_reason": MESSAGE_STOP_REASON, "stop_sequence": None}
         closing += [("message_delta", {"delta": delta, "usage": usage}), ("message_stop", {})]
