@@ -151,6 +151,13 @@ class SidecarMetrics:
             ["from_pool", "to_pool", "tier"],
             registry=self.registry,
         )
+        self.evictions = Counter(
+            "qos_evictions",
+            "Running streams ended early, well-formed, to free their GPUs' memory for the "
+            "tiers above (overload.evict_below_free_kv), by pool and tier.",
+            ["pool", "tier"],
+            registry=self.registry,
+        )
         self.exchange_ends = Counter(
             "qos_exchange_ends",
             "Admitted exchanges whose end gave their slot back, by tier and how they ended.",

@@ -60,6 +60,7 @@ from sidecar.redis_errors import RedisErrorCollector
 from sidecar.request.admission.refunds import Refunds
 from sidecar.request.completion.access_log import AccessLogReceiver
 from sidecar.request.completion.exchange_ends import ExchangeEnds
+from sidecar.request.eviction.evictions import Evictions
 from sidecar.request.extproc import tracing
 from sidecar.request.extproc.decision_telemetry import DecisionLog
 from sidecar.request.extproc.servicer import ExternalProcessor
@@ -199,6 +200,11 @@ class SidecarServer:
             records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
+        # The streams this sidecar may end early, ended when the monitor asks.
+        self.evictions = Evictions(
+            self.watcher.snapshot, self.monitor.shedding, self.queue.local_share, self.metrics
+        )
+        self.monitor.evict = self.evictions.evict
         self.metrics.registry.register(LoadCollector(self.monitor))
         self.metrics.registry.register(QueueCollector(self.queue))
         self._load_reporter = LoadReporterService(
@@ -341,6 +347,7 @@ class SidecarServer:
                 self.ends.first_byte,
                 DecisionLog(self.settings.decision_log_sample),
                 self._tracer,
+                self.evictions,
             ),
             self._grpc,
         )

@@ -55,6 +55,9 @@ class TierConfig(Strict):
     # Whether an exhausted budget sheds this tier. P0 is never shed for budget: it is
     # admitted over budget and counted (the concurrency guard still bounds it).
     sheddable: bool = True
+    # Its running streams may be ended early, well-formed, when the tiers above need
+    # their GPUs' memory (overload.evict_below_free_kv). Never P0.
+    evictable: bool = False
     # Overload: shed the tier while the cluster's free KV-cache ratio is below this...
     shed_below_free_kv: Fraction | None = None
     # ...or while requests in flight exceed this fraction of fleet.max_concurrency.
@@ -117,6 +120,7 @@ class TiersConfig(Strict):
     )
     p2: TierConfig = TierConfig(
         share=0.05,
+        evictable=True,
         shed_below_free_kv=0.15,
         shed_above_inflight=0.80,
         max_queue_wait_seconds=2.0,
@@ -140,6 +144,8 @@ class TiersConfig(Strict):
             raise ValueError(
                 f"tier shares add up to {total:.4g}; they split the fleet and may not pass 1"
             )
+        if self.p0.evictable:
+            raise ValueError("tiers.p0.evictable: P0's streams are never ended early")
         return self
 
 
@@ -184,6 +190,11 @@ class OverloadConfig(Strict):
     # blocks, one request in flight) in the load the shedding rules read, cluster-wide,
     # so a burst stops at a watermark instead of overshooting it. false: reports alone.
     project_admissions: bool = True
+    # Eviction: while a pool's free KV-cache ratio is below this and a tier above the
+    # evictable ones is shed for KV (so set it under that tier's shed_below_free_kv: P1's
+    # 0.08 by default), end the evictable tiers' newest running streams, as many as free
+    # the blocks to come back above it. None: never (the default).
+    evict_below_free_kv: Fraction | None = None
     # A pod whose server refused requests at its own queue limits (vLLM's 503 past
     # --max-num-queued-reqs or --max-num-queued-tokens: vllm:admission_rejections rose
     # between two of its reports) counts as full for this long, as if its KV cache were:

@@ -551,7 +551,7 @@ async def test_engine_headers_are_stripped_on_every_admitted_path():
 @pytest.mark.asyncio
 async def test_streamed_answers_are_sampled_for_their_first_token_time():
     decider, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 1.0})
-    assert decider.watch_response()
+    assert decider.watch_response({}).sampled
     watched = dataclasses.replace(chat("k-p2", stream=True), response_watched=True)
     assert (await decider.decide(watched)).record.time_first_byte
     unasked = await decider.decide(chat("k-p2", stream=True))
@@ -559,11 +559,11 @@ async def test_streamed_answers_are_sampled_for_their_first_token_time():
     whole = dataclasses.replace(chat("k-p2"), response_watched=True)
     assert not (await decider.decide(whole)).record.time_first_byte  # nothing to time
     never, _ = queued_decider(FakeLimiter(), max_concurrency=9, slo={"ttft_sample_rate": 0.0})
-    assert not any(never.watch_response() for _ in range(100))
+    assert not any(never.watch_response({}) for _ in range(100))
     capped, _ = queued_decider(
         FakeLimiter(), slo={"ttft_sample_rate": 1.0, "ttft_samples_per_second": 5}
     )
-    assert sum(capped.watch_response() for _ in range(100)) == 5  # within one second
+    assert sum(capped.watch_response({}).sampled for _ in range(100)) == 5  # within a second
 
 
 @pytest.mark.asyncio

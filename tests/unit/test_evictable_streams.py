@@ -7,8 +7,12 @@ from sidecar.config.base import Tier
 from sidecar.request.eviction.streams import EvictableStreams, RunningStream
 
 
+async def _never() -> None:
+    raise AssertionError("not ended here")
+
+
 def stream(slot: str, tier: Tier, started: float, blocks: float, pool: str = "a") -> RunningStream:
-    return RunningStream(slot, tier, pool, started, blocks, 16, end=lambda: None)
+    return RunningStream(slot, tier, pool, started, blocks, 16, end=_never, flowing=True)
 
 
 def test_the_lowest_tier_s_newest_streams_go_first_and_no_more_than_needed():
@@ -35,3 +39,12 @@ def test_a_stream_holds_its_prompt_and_what_it_streamed():
     streams.add(running)
     streams.remove("s")
     assert len(streams) == 0 and streams.choose("a", 1) == []
+
+
+def test_a_stream_whose_body_has_not_begun_is_not_chosen():
+    streams = EvictableStreams()
+    starting = stream("starting", Tier.P2, 9.0, 10)
+    starting.flowing = False
+    streams.add(starting)
+    streams.add(stream("flowing", Tier.P2, 1.0, 10))
+    assert [s.slot for s in streams.choose("a", 50)] == ["flowing"]

@@ -16,6 +16,7 @@ from sidecar.request.policy.decision import (
     Decision,
     RequestView,
     Respond,
+    ResponseWatch,
     Upstream,
 )
 
@@ -69,8 +70,8 @@ class Recording:
         self.waits = waits
         self.seen: list[RequestView] = []
 
-    def watch_response(self) -> bool:
-        return self.watch
+    def watch_response(self, headers) -> ResponseWatch:
+        return ResponseWatch(sampled=self.watch)
 
     async def decide(self, request: RequestView, hold) -> Decision:
         self.seen.append(request)

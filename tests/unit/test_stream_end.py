@@ -83,12 +83,14 @@ def test_a_chat_stream_ends_with_its_reason_and_usage_so_far(size):
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert chunks[-1].choices[0].finish_reason == EVICTED
-    assert chunks[-1].id == "chatcmpl-1" and chunks[-1].model == "m"
-    # What passed before the cut, and the engine's running count of it.
+    *_, finishing, closing = chunks
+    assert finishing.choices[0].finish_reason == EVICTED
+    assert finishing.id == "chatcmpl-1" and finishing.model == "m"
+    # What passed before the cut, and the engine's running count of it, in the closing
+    # usage chunk (no choices), as the engine ends a stream whose client asked for usage.
     words = text.split()
     assert words == [f"w{n}" for n in range(1, len(words) + 1)]
-    assert chunks[-1].usage.completion_tokens == len(words)
+    assert closing.choices == [] and closing.usage.completion_tokens == len(words)
 
 
 def test_a_messages_stream_ends_its_open_block_and_its_turn():

@@ -41,7 +41,7 @@ from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate, pool_of
 from sidecar.loops.overload.priority_check import priority_unconfirmed
 from sidecar.loops.overload.refusals import RefusingPods
 from sidecar.loops.overload.reports import ReportStore
-from sidecar.loops.overload.shedding import SheddingState
+from sidecar.loops.overload.shedding import SheddingState, eviction_needed
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ class LoadMonitor:
         self._records_paused_until = float("-inf")
         self._most_running: dict[str, int] = {}  # by pod, of those reporting
         self.refusing = RefusingPods(clock)  # pods refusing at their queue limits
+        # Frees a pool's KV blocks by ending streams that may be ended (request/eviction).
+        self.evict: Callable[[str, float], object] | None = None
         # Admissions a read waits for (see _until_settled), and its wait.
         self._unsettled: set[ProjectedAdmission] = set()
         self._all_settled: asyncio.Future[None] | None = None
@@ -291,6 +293,9 @@ class LoadMonitor:
             in_flight, residence = self._gateway_in_flight(pool.name), self._residence(pool.name)
             state.update(load, config, in_flight, pool, residence)
             states[pool.name] = state
+            blocks = eviction_needed(state, pool, config)
+            if blocks > 0 and self.evict is not None:
+                self.evict(pool.name, blocks)
         self.state.pools = states
 
     def _projected(self, load: ClusterLoad, pool: str | None) -> ClusterLoad:

@@ -115,3 +115,21 @@ class SheddingState:
         ):
             return Reason.SHED_INFLIGHT
         return None
+
+
+def eviction_needed(state: SheddingState, pool: Pool, config: QosConfig) -> float:
+    """The KV blocks to free in `pool` by ending streams of its evictable tiers: while its
+    free KV (with what was admitted since its reports) is below
+    overload.evict_below_free_kv and a tier above them is shed for the memory, what brings
+    it back `hysteresis` above that line; else 0. (A request the engine preempted waits
+    for memory too, but may be of the evictable tiers themselves: the engines do not say
+    whose.)"""
+    line = config.overload.evict_below_free_kv
+    load = state.load
+    free = load.free_kv_ratio
+    if line is None or free is None or free >= line or load.kv_blocks_total <= 0:
+        return 0.0
+    above = [tier for tier in TIERS if not pool.tiers[tier].evictable]
+    if not any(state.shedding[tier] is Reason.SHED_KV_WATERMARK for tier in above):
+        return 0.0
+    return (line + config.overload.hysteresis - free) * load.kv_blocks_total

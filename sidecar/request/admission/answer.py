@@ -72,6 +72,7 @@ def admitted(budgeted: Budgeted, turn: Turn) -> Admit:
         overflowed_from=place.overflowed_from,
         # Time this stream's first token: its response body will be watched.
         time_first_byte=bool(turn.slot) and request.parsed.stream and request.view.response_watched,
+        prompt_tokens=place.charge.prompt_tokens,
     )
     return Admit(upstream, record)
 
@@ -126,14 +127,15 @@ def tagged(
 def _engine(place: Placement) -> tuple[EngineFields, str]:
     """The body and headers vLLM schedules by (the tier's priority, never the client's),
     with pools configured the pool Envoy routes the request to, and for a stream whose
-    output is settled the usage asked of the engine and what Envoy does with it ("" for
-    nothing)."""
+    output is settled, or that may be ended early (its closing says the usage so far),
+    the usage asked of the engine and what Envoy does with it ("" for nothing)."""
     parsed = place.request.parsed
     config = place.request.snapshot.config
     body = place.body if place.body is not None else parsed.body
     changed = place.body is not None
     usage_mode = ""
-    if place.reservation is not None and parsed.stream:
+    evictable = place.settings.evictable and config.overload.evict_below_free_kv is not None
+    if (place.reservation is not None or evictable) and parsed.stream:
         # Asked of the engine only where Envoy's Lua filter takes out what the client
         # did not ask for (and reads it): elsewhere the stream goes as it came.
         if parsed.stream_usage is not None and place.request.view.reads_usage:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from sidecar.config.operator_state import Mode
 from sidecar.config.snapshot import Snapshot
@@ -42,7 +42,15 @@ from sidecar.request.bodies.parsed import ResponseShape
 from sidecar.request.counting import PromptCounter
 from sidecar.request.extproc.tracing import span_event
 from sidecar.request.limiter.buckets import Limiter
-from sidecar.request.policy.decision import Decision, Hold, RequestView, Respond, no_hold
+from sidecar.request.policy.decision import (
+    UNWATCHED,
+    Decision,
+    Hold,
+    RequestView,
+    Respond,
+    ResponseWatch,
+    no_hold,
+)
 from sidecar.request.queueing.waiting import AdmissionQueue, Waiting
 from sidecar.routes.kinds import RouteKind
 
@@ -65,11 +73,22 @@ class AdmissionDirector:
         self._snapshot = snapshot
         self._shedding = shedding
         self._identity = identity
-        # Whether to watch a request's response, asked at its headers: the sampler's.
-        self.watch_response = ResponseSampler(snapshot, clock, sample).watch
+        # Whether to time a request's first token, asked at its headers: the sampler's.
+        self._sampled = ResponseSampler(snapshot, clock, sample).watch
         self._waiting = Waiting(queue, refunds.give_all_back, clock, shedding)
         self._pricing = Pricing(count_prompt, self._waiting)
         self._budget = Budget(limiter, refunds.levels, projection, self._waiting, clock)
+
+    def watch_response(self, headers: Mapping[str, str]) -> ResponseWatch:
+        """A sample of the responses, timed; and with eviction on, every response whose
+        tier's streams may be ended early, as far as its tier is known from its headers."""
+        snapshot = self._snapshot()
+        evictable = False
+        if snapshot.config.overload.evict_below_free_kv is not None:
+            tier = self._identity.known_tier(headers, snapshot)
+            evictable = tier is not None and snapshot.config.tiers[tier].evictable
+        sampled = self._sampled()
+        return ResponseWatch(sampled, evictable) if sampled or evictable else UNWATCHED
 
     async def decide(self, request: RequestView, hold: Hold = no_hold) -> Decision:
         snapshot = self._snapshot()

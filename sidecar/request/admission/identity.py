@@ -11,7 +11,7 @@ rate-limited, so a flood of random keys costs Redis a bounded number of calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import redis.asyncio as redis
@@ -102,20 +102,39 @@ class IdentityResolver:
 
     async def resolve(self, headers: Mapping[str, str], snapshot: Snapshot) -> Identity:
         config = self._caches_for(snapshot)
-        for source in config.sources:
-            tenant = None
-            if source == "api_key":
-                token = bearer_token(headers)
-                if token:
-                    digest = hash_api_key(token)
-                    tenant = snapshot.api_keys.get(digest) or await self._tenant_for_key(digest)
-            elif source == "header":
-                tenant = headers.get(config.tenant_header) or None
+        for source, tenant, digest in self._named(headers, config, snapshot):
+            if tenant is None and digest:
+                tenant = await self._tenant_for_key(digest)
             if tenant is not None and tenant in snapshot.tenants:
                 return Identity(tenant, snapshot.tenants[tenant].tier, source, tenant)
         if config.unknown == "reject":
             raise Unauthenticated
         return Identity(None, config.default_tier, "default", ANONYMOUS)
+
+    def known_tier(self, headers: Mapping[str, str], snapshot: Snapshot) -> Tier | None:
+        """The tier of a request as far as it is known without asking Redis (a key its
+        snapshot or the cache holds, a tenant header); None: not known yet."""
+        config = self._caches_for(snapshot)
+        for _source, tenant, digest in self._named(headers, config, snapshot):
+            tenant = tenant or (self._known.get(digest) if digest else None)
+            if tenant is not None and tenant in snapshot.tenants:
+                return snapshot.tenants[tenant].tier
+        return None
+
+    @staticmethod
+    def _named(
+        headers: Mapping[str, str], config: IdentityConfig, snapshot: Snapshot
+    ) -> Iterator[tuple[str, str | None, str]]:
+        """Each source's tenant, in order, as the headers name it: (source, the tenant
+        known from the snapshot, the key's digest to look up when it is not)."""
+        for source in config.sources:
+            if source == "api_key":
+                token = bearer_token(headers)
+                if token:
+                    digest = hash_api_key(token)
+                    yield source, snapshot.api_keys.get(digest), digest
+            elif source == "header":
+                yield source, headers.get(config.tenant_header) or None, ""
 
     async def _tenant_for_key(self, digest: str) -> str | None:
         if digest in self._known:

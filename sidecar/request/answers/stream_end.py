@@ -9,7 +9,8 @@ still open (Anthropic's content blocks) and how many deltas went out.
 
 `end()` gives the closing events:
 - chat completions and completions: a chunk whose every choice has finish_reason
-  `EVICTED` and the usage so far, then `data: [DONE]`;
+  `EVICTED`, the closing usage chunk with the usage so far (where the engine sent one),
+  then `data: [DONE]`;
 - Anthropic Messages: `content_block_stop` for each open block, `message_delta` with
   stop_reason `pause_turn` (the turn paused; the conversation may go on from it) and the
   output tokens so far, `message_stop`;
@@ -56,6 +57,18 @@ class StreamTail:
             self._note(block)
         return whole
 
+    def flush(self) -> bytes:
+        """What was held back, as the stream ends of itself."""
+        held, self._held = self._held, b""
+        return held
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens so far: the engine's running count where it sends one, else the
+        deltas passed."""
+        counted = (self._usage or {}).get("completion_tokens")
+        return counted if isinstance(counted, int) else self._deltas
+
     def end(self) -> bytes:
         """The closing events (a part-event held back is dropped)."""
         self._held = b""
@@ -79,6 +92,7 @@ class StreamTail:
             self._note_completion(data)
 
     def _note_completion(self, data: bytes) -> None:
+        self._deltas += 1
         if self._first is None or b'"usage":{' in data:
             body = json.loads(data)
             self._first = self._first or body
@@ -123,9 +137,11 @@ class StreamTail:
             "created": first.get("created", int(time.time())),
             "model": first.get("model", ""),
             "choices": choices,
-            "usage": self._usage,
         }
-        return event(body) + b"data: [DONE]\n\n"
+        closing = event(body)
+        if self._usage is not None:  # the closing usage chunk, as the engine sends it
+            closing += event({**body, "choices": [], "usage": self._usage})
+        return closing + b"data: [DONE]\n\n"
 
     def _end_message(self) -> bytes:
         closing: list[tuple[str, dict[str, Any]]] = [

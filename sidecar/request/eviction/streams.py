@@ -5,13 +5,14 @@ A stream of an evictable tier registers once Envoy hands its response to the sid
 blocks and one more each block size of tokens it has streamed. `choose` picks, for a
 pool, the streams whose blocks add up to what must be freed: the lowest tier first, and
 within a tier the newest first (it has the least to lose, and under priority scheduling
-the engine would preempt it first anyway).
+the engine would preempt it first anyway); only those whose body has begun to flow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from sidecar.config.base import TIERS, Tier
 
@@ -26,8 +27,12 @@ class RunningStream:
     started: float  # when its response began, monotonic seconds
     prompt_blocks: float  # its prompt's KV blocks
     block_size: int
-    end: Callable[[], object]  # ends it, well-formed, and has Envoy reset its upstream
+    # Ends it, well-formed, and has Envoy reset its upstream.
+    end: Callable[[], Coroutine[Any, Any, None]]
     tokens: int = 0  # streamed so far
+    # Its body has begun to pass through the sidecar: before that, Envoy takes no end of it
+    # from the sidecar (a body message it has not asked for yet is spurious to it).
+    flowing: bool = False
     ended: bool = field(default=False)
 
     @property
@@ -58,7 +63,7 @@ class EvictableStreams:
         if blocks <= 0:
             return []
         candidates = sorted(
-            (s for s in self._by_slot.values() if s.pool == pool and not s.ended),
+            (s for s in self._by_slot.values() if s.pool == pool and s.flowing and not s.ended),
             key=lambda s: (-_RANK[s.tier], -s.started),
         )
         chosen, freed = [], 0.0

@@ -7,6 +7,9 @@
                                                Admit  └── held: Envoy is told to wait
                                                  ▼         for the decision
                            RESPONSE_HEADERS ──▶ RESPONSE_BODY ──(end_of_stream)──▶ DONE
+                                   │
+                                   └──▶ FOLLOWED ──(end_of_stream)──▶ DONE
+                                          └──(evicted)──▶ EVICTED
 
 The decision is taken once, when the whole request is known: at the headers when the
 request has no body, else at the end of the (BUFFERED) body. Envoy sends the response
@@ -18,10 +21,17 @@ request is answered twice: first with override_message_timeout, when the decider
 will wait (so Envoy waits past its message timeout), then with the decision. Any message
 that does not fit the current phase is a protocol error: the processing mode in Envoy's
 config does not match this sidecar's.
+
+A stream of a tier whose streams may be ended early (eviction on) is followed: its body
+passes through the sidecar chunk by chunk (full duplex), whole events only
+(answers/stream_end.py), so that the sidecar can end it at any time with its API's
+closing events; Envoy then resets its upstream and the engine drops it. What comes from
+Envoy after that is let go unanswered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import logging
@@ -30,6 +40,10 @@ from collections.abc import Awaitable, Callable
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from sidecar.request.answers.stream_end import StreamTail
+from sidecar.request.bodies.parsed import TextForm
+from sidecar.request.eviction.evictions import Evictions
+from sidecar.request.eviction.streams import RunningStream
 from sidecar.request.extproc import messages
 from sidecar.request.extproc.tracing import DecisionTracer, NoTracing
 from sidecar.request.policy.decision import (
@@ -55,7 +69,18 @@ class Phase(enum.Enum):
     REQUEST_BODY = "request_body"
     RESPONSE_HEADERS = "response_headers"
     RESPONSE_BODY = "response_body"
+    FOLLOWED = "followed"  # every chunk of its body through the sidecar
+    EVICTED = "evicted"  # ended early by the sidecar
     DONE = "done"
+
+
+# The routes whose streams can be closed early, and how each closes.
+_CLOSES = {
+    "chat": TextForm.CHAT,
+    "completions": TextForm.COMPLETION,
+    "responses": TextForm.RESPONSE,
+    "messages": TextForm.MESSAGE,
+}
 
 
 class ProtocolError(Exception):
@@ -79,23 +104,32 @@ class Exchange:
         on_decision: Callable[[Decision, float], None] | None = None,
         on_first_byte: Callable[[Admission, float], None] | None = None,
         tracer: DecisionTracer = NO_TRACING,
+        evictions: Evictions | None = None,
     ) -> None:
         self._decider = decider
         self._on_decision = on_decision
         self._on_first_byte = on_first_byte
         self._tracer = tracer
+        self._evictions = evictions
         self.started = time.monotonic()  # the stream opens as the request arrives
         self.first_byte_after: float | None = None
         self.phase = Phase.REQUEST_HEADERS
         self.request_headers: dict[str, str] = {}
         self.response_status: int | None = None
-        self.response_watched = False  # Envoy was asked for the response headers
+        self.response_watched = False  # its first token is timed (a sample)
+        self.evict_watched = False  # its response is to be followed, should it be a stream
         self.reads_usage = False  # Envoy's Lua filter reads streamed usage
         self.decision: Decision | None = None
         self.decision_seconds: float | None = None
         # BUFFERED: the whole body in one message, decided on as it came (protobuf's
         # bytes, not copied again); STREAMED: its chunks, joined once at the end.
         self._chunks: list[bytes] = []
+        # A followed stream: what passed of it, its entry among the streams that may be
+        # ended, and the stream to Envoy, written from two tasks (it and an eviction).
+        self._tail: StreamTail | None = None
+        self._followed: RunningStream | None = None
+        self._send: Send | None = None
+        self._writing = asyncio.Lock()
 
     async def answer(self, message: ext_proc.ProcessingRequest, send: Send) -> None:
         """Send the responses to one message from Envoy: one, or two for a held request."""
@@ -135,9 +169,11 @@ class Exchange:
             await self._decide("request_headers", None, send)
             return
         self.phase = Phase.REQUEST_BODY
-        # Responses are not sent by default (a round trip each): ask for a sample.
-        self.response_watched = self._decider.watch_response()
-        if self.response_watched:
+        # Responses are not sent by default (a round trip each): ask for a sample, and
+        # for those of the tiers whose streams may be ended early.
+        watch = self._decider.watch_response(self.request_headers)
+        self.response_watched, self.evict_watched = watch.sampled, watch.evictable
+        if watch:
             await send(messages.watch_response_message())
         else:
             await send(messages.continue_message("request_headers"))
@@ -162,21 +198,91 @@ class Exchange:
         await self._decide("request_body", self._whole_body(), as_trailers)
 
     async def _on_response_headers(self, headers: ext_proc.HttpHeaders, send: Send) -> None:
-        status = messages.header_dict(headers).get(":status", "")
+        response = messages.header_dict(headers)
+        status = response.get(":status", "")
         self.response_status = int(status) if status.isdigit() else None
         self.phase = Phase.DONE if headers.end_of_stream else Phase.RESPONSE_BODY
         admitted = self.admitted
-        if admitted and admitted.record.time_first_byte and self.phase is Phase.RESPONSE_BODY:
+        if admitted and self.phase is Phase.RESPONSE_BODY and self._follows(admitted, response):
+            self.phase = Phase.FOLLOWED
+            self._send = send
+            await send(messages.follow_body_message())
+        elif admitted and admitted.record.time_first_byte and self.phase is Phase.RESPONSE_BODY:
             await send(messages.watch_body_message())
         else:
             await send(messages.continue_message("response_headers"))
 
-    async def _on_response_body(self, body: ext_proc.HttpBody, send: Send) -> None:
+    def _follows(self, admitted: Admit, response: dict[str, str]) -> bool:
+        """Whether to follow this response: a stream (server-sent events, answered 200)
+        of an API it can close, of a tier whose streams may be ended early."""
+        form = _CLOSES.get(admitted.record.route)
+        if (
+            not self.evict_watched
+            or self._evictions is None
+            or form is None
+            or self.response_status != 200
+            or not response.get("content-type", "").startswith("text/event-stream")
+        ):
+            return False
+        self._followed = self._evictions.follow(admitted.record, self.evict)
+        if self._followed is None:
+            return False
+        self._tail = StreamTail(form)
+        return True
+
+    async def _on_followed_body(self, body: ext_proc.HttpBody, send: Send) -> None:
+        tail, followed = self._tail, self._followed
+        assert tail is not None and followed is not None
+        self._time_first_byte(body)
+        passed = tail.feed(body.body)
+        followed.flowing = True
+        if body.end_of_stream:
+            passed += tail.flush()
+            self.phase = Phase.DONE
+            self.close()
+        followed.tokens = tail.tokens
+        async with self._writing:
+            await send(messages.body_chunk_message(passed, body.end_of_stream))
+
+    async def _on_followed_trailers(self, _trailers: ext_proc.HttpTrailers, send: Send) -> None:
+        # Trailers end a body that had no end_of_stream: what was held back goes first.
+        assert self._tail is not None
+        held = self._tail.flush()
+        self.phase = Phase.DONE
+        self.close()
+        async with self._writing:
+            if held:
+                await send(messages.body_chunk_message(held, False))
+            await send(messages.continue_message("response_trailers"))
+
+    async def _let_go(self, _message: object, _send: Send) -> None:
+        """After an eviction: what Envoy still sends is not answered."""
+
+    async def evict(self) -> None:
+        """End the followed stream now, well-formed: its API's closing events, then the
+        end of the body; Envoy resets the upstream, so the engine drops the request."""
+        async with self._writing:
+            if self.phase is not Phase.FOLLOWED or self._send is None or self._tail is None:
+                return
+            self.phase = Phase.EVICTED
+            await self._send(messages.body_chunk_message(self._tail.end(), True))
+
+    def close(self) -> None:
+        """The exchange is over for the sidecar: a followed stream is no longer one."""
+        if self._followed is not None and self._evictions is not None:
+            self._evictions.ended(self._followed.slot)
+            self._followed = None
+
+    def _time_first_byte(self, body: ext_proc.HttpBody) -> None:
         if body.body and self.first_byte_after is None:
             # Time to first token, as the client sees it: queue, prefill, first chunk.
             self.first_byte_after = time.monotonic() - self.started
-            if self._on_first_byte is not None and self.admitted is not None:
-                self._on_first_byte(self.admitted.record, self.first_byte_after)
+            admitted = self.admitted
+            if self._on_first_byte is not None and admitted and admitted.record.time_first_byte:
+                self._on_first_byte(admitted.record, self.first_byte_after)
+
+    async def _on_response_body(self, body: ext_proc.HttpBody, send: Send) -> None:
+        self._time_first_byte(body)
         # Timed: the rest of the stream is none of our business. Done, the stream to Envoy
         # closes after this answer and Envoy sends the other chunks on without us (each
         # would cost a message); the access log still tells the exchange's end.
@@ -254,4 +360,8 @@ _HANDLERS = {
     (Phase.RESPONSE_HEADERS, "response_headers"): Exchange._on_response_headers,
     (Phase.RESPONSE_BODY, "response_body"): Exchange._on_response_body,
     (Phase.RESPONSE_BODY, "response_trailers"): Exchange._on_response_trailers,
+    (Phase.FOLLOWED, "response_body"): Exchange._on_followed_body,
+    (Phase.FOLLOWED, "response_trailers"): Exchange._on_followed_trailers,
+    (Phase.EVICTED, "response_body"): Exchange._let_go,
+    (Phase.EVICTED, "response_trailers"): Exchange._let_go,
 }

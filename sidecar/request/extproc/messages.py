@@ -122,6 +122,28 @@ def watch_body_message() -> ext_proc.ProcessingResponse:
     )
 
 
+def follow_body_message() -> ext_proc.ProcessingResponse:
+    """Continue the response headers, and have every chunk of the body pass through the
+    sidecar (full duplex: what it sends back is what goes on, and it may end the body
+    itself); the mode needs the trailers sent too. Needs allow_mode_override."""
+    return ext_proc.ProcessingResponse(
+        response_headers=ext_proc.HeadersResponse(),
+        mode_override=processing_mode_pb2.ProcessingMode(
+            response_body_mode=processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED,
+            response_trailer_mode=processing_mode_pb2.ProcessingMode.SEND,
+        ),
+    )
+
+
+def body_chunk_message(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
+    """Part of a followed body, as it is to go on; `end_of_stream` ends it."""
+    message = ext_proc.ProcessingResponse()
+    streamed = message.response_body.response.body_mutation.streamed_response
+    streamed.body = body
+    streamed.end_of_stream = end_of_stream
+    return message
+
+
 def hold_message(seconds: float) -> ext_proc.ProcessingResponse:
     """Ask Envoy to wait this long for the answer to the current message (the request is
     queued); Envoy caps it at the filter's max_message_timeout."""

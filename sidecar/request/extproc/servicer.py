@@ -10,6 +10,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
 from sidecar.metrics import SidecarMetrics
+from sidecar.request.eviction.evictions import Evictions
 from sidecar.request.extproc.decision_telemetry import count_decision
 from sidecar.request.extproc.exchange import NO_TRACING, Exchange, Phase, ProtocolError
 from sidecar.request.extproc.tracing import DecisionTracer
@@ -27,6 +28,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         on_first_byte: Callable[[Admission, float], None] | None = None,
         on_decision: Callable[[Decision, float], None] | None = None,
         tracer: DecisionTracer = NO_TRACING,
+        evictions: Evictions | None = None,
     ) -> None:
         self._decider = decider
         self._metrics = metrics
@@ -34,6 +36,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
         self._tracer = tracer
         self._stream_ended = stream_ended  # with the slot of an admitted exchange
         self._on_first_byte = on_first_byte
+        self._evictions = evictions  # the streams that may be ended early
 
     async def Process(
         self,
@@ -42,7 +45,9 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
     ) -> None:
         # The stream read and written through its context: a coroutine, not an async
         # generator over gRPC's request iterator (each a layer the loop registers).
-        exchange = Exchange(self._decider, self._counted, self._on_first_byte, self._tracer)
+        exchange = Exchange(
+            self._decider, self._counted, self._on_first_byte, self._tracer, self._evictions
+        )
         self._metrics.streams_open.inc()
         closed_by_envoy = True
         try:
@@ -58,6 +63,7 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):
                     return
         finally:
             self._metrics.streams_open.dec()
+            exchange.close()
             admitted = exchange.admitted
             if (
                 self._stream_ended is not None

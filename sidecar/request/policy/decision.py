@@ -84,6 +84,7 @@ class Admission:
     overflowed_from: str = ""  # the pool that shed it, when another pool admitted it
     shadowed: Reason | None = None  # in shadow mode, why it would have been refused
     time_first_byte: bool = False  # watch the response body for the first token's time
+    prompt_tokens: int = 0  # its prompt's, as charged: the KV it takes while it runs
 
     @property
     def label(self) -> str:
@@ -123,12 +124,27 @@ async def no_hold(seconds: float) -> None:
     """For a caller that has nobody to tell (a test, a benchmark in process)."""
 
 
+@dataclass(frozen=True)
+class ResponseWatch:
+    """Why Envoy is to send an exchange's response, asked as its request begins (each
+    watched response costs a gRPC round trip or more)."""
+
+    sampled: bool = False  # its first token timed, for the SLO
+    evictable: bool = False  # its tier's streams may be ended early: followed throughout
+
+    def __bool__(self) -> bool:
+        return self.sampled or self.evictable
+
+
+UNWATCHED = ResponseWatch()
+
+
 class Decider(Protocol):
     async def decide(self, request: RequestView, hold: Hold = no_hold) -> Decision: ...
 
-    def watch_response(self) -> bool:
-        """Whether to have Envoy send this exchange's response (asked as its request
-        begins; each watched response costs a gRPC round trip or more)."""
+    def watch_response(self, headers: Mapping[str, str]) -> ResponseWatch:
+        """Whether to have Envoy send this exchange's response, and why (`headers`: its
+        request's, lower-cased)."""
         ...
 
 
@@ -138,5 +154,5 @@ class AdmitAll:
     async def decide(self, request: RequestView, hold: Hold = no_hold) -> Decision:
         return Admit()
 
-    def watch_response(self) -> bool:
-        return False
+    def watch_response(self, headers: Mapping[str, str]) -> ResponseWatch:
+        return UNWATCHED

@@ -123,6 +123,10 @@ class AdmissionQueue:
         others = self._peers.others_held if self._peers else {}
         return sum(self.slots.held(pool, t) + others.get((pool, t.value), 0) for t in tiers)
 
+    def local_share(self, pool: str) -> float:
+        """This sidecar's share of the slots held in `pool` by every sidecar."""
+        return self.slots.in_pool(pool) / max(1, self.cluster_in_flight_in(pool))
+
     def release_rate(self, pool: str) -> float | None:
         """Slots given back in `pool` per second lately; None while too few to tell."""
         return self._release_rate(pool).per_second()
