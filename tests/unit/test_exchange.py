@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from sidecar.config.base import Tier
+from sidecar.request.eviction.streams import RunningStream
 from sidecar.request.extproc.exchange import Exchange, Phase, ProtocolError
 from sidecar.request.policy.decision import (
     Admission,
@@ -63,15 +66,17 @@ class Recording:
         watch: bool = False,
         holds: float | None = None,
         waits: float = 0.0,
+        evictable: bool = False,
     ) -> None:
         self.decision = decision
         self.watch = watch
+        self.evictable = evictable
         self.holds = holds
         self.waits = waits
         self.seen: list[RequestView] = []
 
     def watch_response(self, headers) -> ResponseWatch:
-        return ResponseWatch(sampled=self.watch)
+        return ResponseWatch(sampled=self.watch, evictable=self.evictable)
 
     async def decide(self, request: RequestView, hold) -> Decision:
         self.seen.append(request)
@@ -329,3 +334,73 @@ async def test_a_stream_gone_while_its_request_is_held_is_not_admitted_as_a_faul
     with pytest.raises(ConnectionResetError):
         await exchange.answer(request_body(BODY), gone)
     assert seen == [] and exchange.decision is None
+
+
+class FollowAll:
+    """Streams that may be ended early, as Evictions keeps them: every one followed."""
+
+    def __init__(self) -> None:
+        self.followed: dict[str, RunningStream] = {}
+        self.ended: list[str] = []
+
+    def follow(self, admitted: Admission, end) -> RunningStream:
+        stream = RunningStream(admitted.slot, Tier.P2, "default", 0.0, 1.0, 16, end)
+        self.followed[admitted.slot] = stream
+        return stream
+
+
+@pytest.mark.asyncio
+async def test_a_followed_stream_passes_whole_events_and_ends_well_formed_when_evicted():
+    follow = FollowAll()
+    evictions = SimpleNamespace(follow=follow.follow, ended=follow.ended.append)
+    admitted = Admit(record=Admission(slot="s", tier="p2", route="chat"))
+    exchange = Exchange(Recording(admitted, evictable=True), evictions=evictions)
+    sent: list[ext_proc.ProcessingResponse] = []
+
+    async def send(message: ext_proc.ProcessingResponse) -> None:
+        sent.append(message)
+
+    await exchange.answer(request_headers(), send)
+    await exchange.answer(request_body(BODY), send)
+    sse = headers({":status": "200", "content-type": "text/event-stream"})
+    await exchange.answer(ext_proc.ProcessingRequest(response_headers=sse), send)
+    mode = sent[-1].mode_override
+    assert mode.response_body_mode == ProcessingMode.FULL_DUPLEX_STREAMED
+    assert mode.response_trailer_mode == ProcessingMode.SEND
+    chunk = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+    chunk += b'"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: {"id"'
+    await exchange.answer(
+        ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(body=chunk)), send
+    )
+    passed = sent[-1].response_body.response.body_mutation.streamed_response
+    assert passed.body.endswith(b"}\n\n") and not passed.end_of_stream  # whole events only
+    assert follow.followed["s"].flowing
+    await exchange.evict()
+    closing = sent[-1].response_body.response.body_mutation.streamed_response
+    assert closing.end_of_stream and closing.body.endswith(b"data: [DONE]\n\n")
+    assert b'"finish_reason":"load_shedding_evicted"' in closing.body
+    assert b'"id":"c"' in closing.body  # the answer's own id
+    assert exchange.phase is Phase.EVICTED
+    # What Envoy still sends is let go, unanswered; ending it again does nothing.
+    count = len(sent)
+    late = ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(body=b"x"))
+    await exchange.answer(late, send)
+    await exchange.evict()
+    assert len(sent) == count
+    exchange.close()
+    assert follow.ended == ["s"]
+
+
+@pytest.mark.asyncio
+async def test_only_streams_of_evictable_tiers_are_followed():
+    admitted = Admit(record=Admission(slot="s", tier="p2", route="chat"))
+    for evictable, content in ((False, "text/event-stream"), (True, "application/json")):
+        follow = FollowAll()
+        evictions = SimpleNamespace(follow=follow.follow, ended=follow.ended.append)
+        exchange = Exchange(Recording(admitted, evictable=evictable), evictions=evictions)
+        await exchange.handle(request_headers())
+        await exchange.handle(request_body(BODY))
+        answered = headers({":status": "200", "content-type": content})
+        answer = await exchange.handle(ext_proc.ProcessingRequest(response_headers=answered))
+        assert answer.mode_override.response_body_mode != ProcessingMode.FULL_DUPLEX_STREAMED
+        assert follow.followed == {}

@@ -6,10 +6,11 @@ import pytest
 
 from sidecar.config.base import Tier
 from sidecar.config.operator_state import Mode, OperatorMode
+from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.load import PodLoad, aggregate
-from sidecar.loops.overload.shedding import SheddingState
+from sidecar.loops.overload.shedding import SheddingState, eviction_needed
 from sidecar.refusals import Reason
 from sidecar.request.admission.candidates import overload_refusal
 
@@ -153,3 +154,30 @@ def test_a_shed_tier_is_foreseen_back_once_its_share_of_the_work_has_ended():
     # No time in flight known yet: nothing foreseen.
     state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG)
     assert state.recovery[Tier.P2] is None
+
+
+def test_streams_are_ended_only_below_the_line_and_while_a_tier_above_is_shed_for_kv():
+    config = QosConfig.from_partial(
+        {"fleet": {"max_concurrency": 100}, "overload": {"evict_below_free_kv": 0.05}}
+    )
+    pool = resolve_pools(config).default
+    state = SheddingState()
+    state.update(aggregate([pod("a", 0.97, blocks=1000)]), config, pool=pool)
+    # 3 % free, P1 shed below 8 %: back to 5 % + 2 of hysteresis, 40 of 1 000 blocks.
+    assert state.shedding[Tier.P1] is Reason.SHED_KV_WATERMARK
+    assert eviction_needed(state, pool, config) == pytest.approx(40)
+    state.update(aggregate([pod("a", 0.94, blocks=1000)]), config, pool=pool)
+    assert eviction_needed(state, pool, config) == 0  # above the line
+    off = QosConfig.from_partial({"fleet": {"max_concurrency": 100}})
+    state.update(aggregate([pod("a", 0.99, blocks=1000)]), off, pool=pool)
+    assert eviction_needed(state, pool, off) == 0  # eviction off
+    # Nobody above shed for the memory (P1 has no KV watermark here): nothing ended.
+    unshed = QosConfig.from_partial(
+        {
+            "overload": {"evict_below_free_kv": 0.05},
+            "tiers": {"p1": {"shed_below_free_kv": None}},
+        }
+    )
+    unshed_pool = resolve_pools(unshed).default
+    state.update(aggregate([pod("a", 0.99, blocks=1000)]), unshed, pool=unshed_pool)
+    assert eviction_needed(state, unshed_pool, unshed) == 0
