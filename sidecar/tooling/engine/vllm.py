@@ -63,11 +63,15 @@ class EngineSettings:
     # vLLM's --max-num-queued-reqs: past this many unfinished requests a newcomer is
     # refused with a 503. None: no limit (vLLM's default).
     max_num_queued_reqs: int | None = None
+    # The KV cache's tokens; None: room for max_num_seqs full sequences.
+    kv_cache_tokens: int | None = None
 
     @property
     def kv_blocks(self) -> int:
-        """KV blocks for max_num_seqs full sequences (vLLM keeps one block back)."""
-        return self.max_num_seqs * math.ceil(self.max_model_len / BLOCK_SIZE) + 1
+        """KV blocks for kv_cache_tokens, or for max_num_seqs full sequences (vLLM keeps
+        one block back)."""
+        tokens = self.kv_cache_tokens or self.max_num_seqs * self.max_model_len
+        return math.ceil(tokens / BLOCK_SIZE) + 1
 
 
 def model() -> Path:
