@@ -265,7 +265,10 @@ class Exchange:
             if self.phase is not Phase.FOLLOWED or self._send is None or self._tail is None:
                 return
             self.phase = Phase.EVICTED
-            await self._send(messages.body_chunk_message(self._tail.end(), True))
+            try:
+                await self._send(messages.body_chunk_message(self._tail.end(), True))
+            except Exception as error:  # the exchange went away meanwhile: nothing to end
+                log.debug("a stream ended early was gone already: %s", error)
 
     def close(self) -> None:
         """The exchange is over for the sidecar: a followed stream is no longer one."""
