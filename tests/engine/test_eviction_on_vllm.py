@@ -24,6 +24,11 @@ pytestmark = [pytest.mark.engine, pytest.mark.integration, pytest.mark.asyncio]
 # streams of 500-token prompts take a third of them at once, fill them after some 900
 # tokens each, and would need three times the whole to answer in full: seconds of
 # decoding, several of the engine's reports.
+# vLLM preempts a stream when its cache is full and holds it back until there is room for
+# all of it again, so its use saws between about half and full, and passes the last few
+# percent in a fraction of a second, often between two reports: the lines are set where
+# its use passes for seconds on its way up (the shedding and eviction lines' order is
+# the defaults').
 SETTINGS = vllm.EngineSettings(max_model_len=4_096, max_num_seqs=6, kv_cache_tokens=4_096)
 P2_STREAMS = 3
 P2_PROMPT = 500
@@ -31,11 +36,14 @@ P2_TOKENS = 3_500
 KEYS = {"p0": "vllm-evict-p0", "p2": "vllm-evict-p2"}
 CONFIG = {
     "fleet": {"capacity_tokens_per_second": 10_000_000},
-    # Below P1's watermark (8 % free): P1 is shed for the memory when P2 is ended.
-    "overload": {"evict_below_free_kv": 0.05},
+    # Below P1's watermark: P1 is shed for the memory when P2 is ended.
+    "overload": {"evict_below_free_kv": 0.40},
     "engine": {"send_priority": True},
     "slo": {"ttft_sample_rate": 0},
-    "tiers": {"p2": {"max_prompt_tokens": None}},
+    "tiers": {
+        "p1": {"shed_below_free_kv": 0.45},
+        "p2": {"max_prompt_tokens": None, "shed_below_free_kv": 0.50},
+    },
 }
 
 
