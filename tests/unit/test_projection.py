@@ -86,11 +86,20 @@ class Records:
 POOL = Snapshot(1).pools.default
 
 
-async def monitor_at(free: float, records: Records, clock: Clock) -> LoadMonitor:
-    """A monitor that has read one pod of 2 000 blocks, `free` of them free, 0.1 s ago."""
+async def monitor_at(
+    free: float, records: Records, clock: Clock, residence: float | None = None
+) -> LoadMonitor:
+    """A monitor that has read one pod of 2 000 blocks, `free` of them free, 0.1 s ago;
+    `residence`: a request's mean seconds in flight, as the queue would say."""
     snapshot = Snapshot(1)
     reports = Reports(PodLoad("a", 1 - free, 2000, 0, 0, age_seconds=0.1, kv_block_size=16))
-    monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, records=records)  # type: ignore[arg-type]
+    monitor = LoadMonitor(
+        reports,  # type: ignore[arg-type]
+        lambda: snapshot,
+        clock=clock,
+        records=records,  # type: ignore[arg-type]
+        residence=lambda _pool: residence,
+    )
     await monitor.refresh()
     return monitor
 
@@ -126,6 +135,17 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
     state = monitor.state.for_pool(POOL.name)
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     assert state.load.unreported_blocks == 2 * admitted and state.load.in_flight == admitted
+
+
+@pytest.mark.asyncio
+async def test_a_shed_tier_stays_foreseen_back_while_admissions_move_the_projection(clock):
+    monitor = await monitor_at(0.10, Records(), clock, residence=4.0)
+    state = monitor.state.for_pool(POOL.name)
+    assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
+    before = state.recovery[Tier.P2]
+    assert before is not None
+    admit(monitor, recorded_us=1)  # the projection moves between two reads
+    assert state.recovery[Tier.P2] is not None and state.recovery[Tier.P2] > before
 
 
 @pytest.mark.asyncio

@@ -218,7 +218,8 @@ class LoadMonitor:
         if pool is None or state is None:
             return
         projected = state.load.plus(*self._unreported[pool_name])
-        state.update(projected, snapshot.config, self._gateway_in_flight(pool_name), pool)
+        in_flight = self._gateway_in_flight(pool_name)
+        state.update(projected, snapshot.config, in_flight, pool, state.residence)
 
     def _forget_projected(self, read: RecentAdmissions, ttl: float) -> None:
         """Drop what the read just done holds, what was cancelled, and what is older than

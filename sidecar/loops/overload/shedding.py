@@ -45,6 +45,8 @@ class SheddingState:
     recovery: dict[Tier, float | None] = field(default_factory=lambda: dict.fromkeys(Tier))
     load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
     pools: dict[str, SheddingState] = field(default_factory=dict)
+    # A request's mean seconds in flight lately (None: not known), as last read.
+    residence: float | None = None
 
     def for_pool(self, name: str) -> SheddingState:
         return self.pools.get(name, self)
@@ -67,6 +69,7 @@ class SheddingState:
         pool whose thresholds and limit apply (default: the top-level ones). `residence`:
         a request's mean seconds in flight lately, None when not known."""
         self.load = load
+        self.residence = residence
         in_flight = max(load.in_flight, gateway_in_flight)
         tiers = pool.tiers if pool else config.tiers
         max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
