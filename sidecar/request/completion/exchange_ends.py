@@ -22,9 +22,12 @@ from sidecar.request.queueing.slots import Slot
 
 # How long after an exchange's ext_proc stream ends its slot waits for the access log.
 UNLOGGED_GRACE_SECONDS = 1.0
+# Ends whose prompt the engine took in: what its service rate is measured by.
+SERVED = ("completed", "client_gone", "timed_out")
 
 GiveBack = Callable[[Reservation, float], None]
 FirstToken = Callable[[Tier, str, float], None]
+Served = Callable[[str, int], None]  # an answer of a pool ended: its prompt's tokens
 
 
 class ExchangeEnds:
@@ -36,8 +39,10 @@ class ExchangeEnds:
         snapshot: Callable[[], Snapshot],
         give_back: GiveBack | None,  # None: nothing is ever reserved (QoS off)
         first_token: FirstToken,
+        served: Served = lambda _pool, _tokens: None,
     ) -> None:
         self._queue = queue
+        self._served = served
         self._metrics = metrics
         self._samples = samples
         self._snapshot = snapshot
@@ -60,6 +65,11 @@ class ExchangeEnds:
             self._settle(slot, slot.reservation, end)
         how = _how(end)
         self._metrics.child(self._metrics.exchange_ends, slot.tier.value, how).inc()
+        if how in SERVED:
+            prompt = end.prompt_tokens
+            if prompt is None and slot.reservation is not None:
+                prompt = slot.reservation.charge.prompt_tokens  # as estimated
+            self._served(slot.pool, prompt or 0)
         # A whole answer's SLO is its total time; a streamed one's is its first token's.
         if not slot.stream and how != "client_gone" and end.seconds_total is not None:
             self._samples.record(

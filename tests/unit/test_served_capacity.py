@@ -1,0 +1,122 @@
+"""The capacity in force follows what the engines serve while their queues are full: the
+measure (served.py), and the monitor putting it in force for budgets and forecasts. Pure:
+the clock and the reports are stand-ins."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.config.schema import QosConfig
+from sidecar.config.snapshot import Snapshot
+from sidecar.loops.overload.load import PodLoad
+from sidecar.loops.overload.monitor import LoadMonitor
+from sidecar.loops.overload.served import (
+    HALF_LIFE_SECONDS,
+    HOLD_SECONDS,
+    MIN_ENDS,
+    SAMPLE_SECONDS,
+    ServedCapacity,
+)
+from tests.unit.clock import Clock
+from tests.unit.test_projection import Reports
+
+CONFIGURED = 10_000.0
+POOL = "default"
+
+
+def serve(served: ServedCapacity, clock: Clock, seconds: float, per_second: float) -> float | None:
+    """Answers of 100 prompt tokens ending at `per_second` tokens a second for `seconds`,
+    the queues full all along, observed each sample; the last figure observed."""
+    figure = None
+    for _ in range(round(seconds / SAMPLE_SECONDS)):
+        for _ in range(round(per_second * SAMPLE_SECONDS / 100)):
+            served.served(POOL, 100)
+        clock.now += SAMPLE_SECONDS
+        figure = served.observe(POOL, True, CONFIGURED)
+    return figure
+
+
+def started(share: float = 1.0) -> tuple[ServedCapacity, Clock]:
+    clock = Clock()
+    served = ServedCapacity(lambda _pool: share, clock)
+    assert served.observe(POOL, True, CONFIGURED) is None  # a spell begins
+    return served, clock
+
+
+def test_an_engine_slower_than_its_figure_is_found_within_a_few_half_lives():
+    served, clock = started()
+    assert serve(served, clock, 1, 500) is None  # fewer than MIN_ENDS answers yet
+    figure = serve(served, clock, 4 * HALF_LIFE_SECONDS, 4_000)
+    assert figure is not None and 4_000 < figure < 4_000 + 0.1 * (CONFIGURED - 4_000)
+    # One odd second moves it little.
+    assert serve(served, clock, 1, 0) == pytest.approx(figure * 0.5 ** (1 / HALF_LIFE_SECONDS))
+
+
+def test_only_time_with_full_queues_counts_and_what_ended_before_a_spell_does_not():
+    clock = Clock()
+    served = ServedCapacity(lambda _pool: 1.0, clock)
+    for _ in range(50):
+        served.served(POOL, 100)  # ended while the engines had seats to spare
+    clock.now += 5
+    assert served.observe(POOL, False, CONFIGURED) is None
+    assert served.observe(POOL, True, CONFIGURED) is None  # the spell begins here
+    clock.now += SAMPLE_SECONDS
+    served.served(POOL, 100)
+    assert served.observe(POOL, True, CONFIGURED) is None  # one answer: not known yet
+    served_again, clock_again = started()
+    assert serve(served_again, clock_again, 2 * MIN_ENDS, 100) is not None
+
+
+def test_this_sidecar_s_answers_stand_for_its_share_of_the_pool():
+    alone, clock = started(share=1.0)
+    half, clock_half = started(share=0.5)
+    one = serve(alone, clock, 20, 4_000)
+    other = serve(half, clock_half, 20, 2_000)  # half of the same engines' answers
+    assert one is not None and other == pytest.approx(one)
+
+
+def test_the_figure_holds_a_while_after_the_queues_drain_then_is_dropped():
+    served, clock = started()
+    figure = serve(served, clock, 20, 4_000)
+    assert figure is not None
+    clock.now += HOLD_SECONDS / 2
+    assert served.observe(POOL, False, CONFIGURED) == figure
+    clock.now += HOLD_SECONDS
+    assert served.observe(POOL, False, CONFIGURED) is None
+    # A spell long after starts again from the figure in force, not the old measure.
+    assert served.observe(POOL, True, CONFIGURED) is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("follow", [True, False])
+async def test_the_monitor_puts_the_lesser_figure_in_force_while_queues_are_full(follow):
+    clock = Clock()
+    fleet = {"capacity_tokens_per_second": CONFIGURED, "follow_served_capacity": follow}
+    snapshot = Snapshot(1, QosConfig.from_partial({"fleet": fleet}))
+    pool = snapshot.pools.default
+    served = ServedCapacity(lambda _pool: 1.0, clock)
+    queued = PodLoad("a", 0.5, 2000, 4, 3, kv_block_size=16)
+    reports = Reports(queued)
+    monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, served=served)  # type: ignore[arg-type]
+    for _ in range(30):
+        for _ in range(40):
+            served.served(POOL, 100)  # 4 000 prompt tokens a second
+        clock.now += SAMPLE_SECONDS
+        await monitor.refresh()
+    state = monitor.state.for_pool(POOL)
+    if not follow:
+        assert state.served is None and state.capacity(pool) == CONFIGURED
+        return
+    assert state.served is not None and state.capacity(pool) == state.served < 5_000
+    # An engine faster than the figure does not raise it.
+    for _ in range(30):
+        for _ in range(200):
+            served.served(POOL, 100)
+        clock.now += SAMPLE_SECONDS
+        await monitor.refresh()
+    assert state.capacity(pool) == CONFIGURED
+    # Seats to spare: nothing new is measured, and the figure goes after the hold.
+    reports.pods = [PodLoad("a", 0.5, 2000, 2, 0, kv_block_size=16)]
+    clock.now += HOLD_SECONDS + 1
+    await monitor.refresh()
+    assert monitor.state.for_pool(POOL).served is None
