@@ -42,6 +42,13 @@ def test_flags_change_priority_output_weight_and_the_starting_shares():
     assert config.tiers[Tier.P0].output_weight == 0.0
 
 
+def test_the_fleet_s_concurrency_is_the_default_unless_given():
+    default = QosConfig.from_partial(configuration(Settings(), MOCKS))
+    assert default.fleet.max_concurrency == QosConfig().fleet.max_concurrency
+    limited = QosConfig.from_partial(configuration(Settings(max_concurrency=24), MOCKS))
+    assert limited.fleet.max_concurrency == 24
+
+
 @pytest.mark.parametrize("shares", ["0.4,0.6", "a,b,c", "0.4,0.4,0.1,0.1"])
 def test_shares_are_three_numbers(shares):
     with pytest.raises(SystemExit, match="--shares"):

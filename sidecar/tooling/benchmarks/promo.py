@@ -98,6 +98,12 @@ class Settings:
         "capacity, the others --calm-load times theirs",
     )
     calm_load: float = setting(0.5, None, "with --pools: the other pools' load, x capacity")
+    max_concurrency: int = setting(
+        0,
+        None,
+        "the fleet's max_concurrency, requests in flight at most (0: the default); P2 is "
+        "shed for it past 80 % of it (tiers.p2.shed_above_inflight)",
+    )
     overflow: bool = setting(
         False,
         None,
@@ -164,8 +170,9 @@ def configuration(settings: Settings, fleet: Fleet) -> dict:
     }
     for tier, share in zip(tiers, _shares(settings.shares), strict=False):
         tiers[tier]["share"] = share
+    limit = {"max_concurrency": settings.max_concurrency} if settings.max_concurrency else {}
     return {
-        "fleet": {"capacity_tokens_per_second": fleet.capacity_tokens_per_second},
+        "fleet": {"capacity_tokens_per_second": fleet.capacity_tokens_per_second, **limit},
         "engine": {"send_priority": settings.engine_priority},
         "tiers": tiers,
     }
