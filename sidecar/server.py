@@ -193,8 +193,8 @@ class SidecarServer:
             SlotTable(owner=sidecar_id),
             PeerRegistry(self.redis, sidecar_id),
         )
-        # What the engines serve while their queues are full, measured at exchange ends.
-        self.served = ServedCapacity(self.queue.local_share)
+        # What the engines serve while they fall behind, measured at exchange ends.
+        self.served = ServedCapacity(self.queue.local_share, self.queue.cluster_in_flight_in)
         self.monitor = LoadMonitor(
             reports,
             self.watcher.snapshot,

@@ -1,7 +1,7 @@
 """The capacity in force follows what the engine serves, through real Envoy: one mock GPU
-far slower than the configured figure, kept with a queue by payments; the sidecar measures
-what it serves from the answers' ends and puts that in force, and its tiers' budgets
-follow."""
+far slower than the configured figure, sent payments faster than it serves them; the
+sidecar measures what it serves from the answers' ends while the backlog grows, puts
+that in force, and its tiers' budgets follow."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 KEY = "served-p0"
 # Two sequences at once, 20 ms a decode step: answers of 20 tokens end five a second,
-# some 500 prompt tokens a second in all; the figure says forty times that.
+# some 500 prompt tokens a second in all (a P0 answer costs its prompt); the figure
+# says forty times that.
 GPU = ("--max-num-seqs", "2", "--decode-step-ms", "20")
 CONFIGURED = 20_000.0
-CLIENTS = 6  # four of them waiting in the engine's queue at any time
+SENT_PER_SECOND = 10  # twice what it serves: the backlog grows
 
 
 def figures(admin_url: str) -> tuple[float, float | None, float]:
@@ -44,37 +45,36 @@ async def test_an_engine_slower_than_its_figure_cuts_the_capacity_in_force(tmp_p
         assert in_force == CONFIGURED and served is None
         api = openai.AsyncOpenAI(base_url=f"{stack.envoy_url}/v1", api_key=KEY, max_retries=0)
         prompt_tokens: list[int] = []
-        stop = asyncio.Event()
 
         async def pay() -> None:
-            while not stop.is_set():
-                answer = await api.chat.completions.create(
-                    model="mock-llm",
-                    messages=[{"role": "user", "content": "pay " * 100}],
-                    max_tokens=20,
-                    extra_body={"ignore_eos": True},
-                )
-                assert answer.usage is not None
-                prompt_tokens.append(answer.usage.prompt_tokens)
+            answer = await api.chat.completions.create(
+                model="mock-llm",
+                messages=[{"role": "user", "content": "pay " * 100}],
+                max_tokens=20,
+                extra_body={"ignore_eos": True},
+            )
+            assert answer.usage is not None
+            prompt_tokens.append(answer.usage.prompt_tokens)
 
         async with api:
-            clients = [asyncio.create_task(pay()) for _ in range(CLIENTS)]
+            sent: list[asyncio.Task] = []
             started = time.monotonic()
             try:
                 deadline = started + 60
                 while time.monotonic() < deadline:
+                    sent.append(asyncio.create_task(pay()))
+                    failed = [t.exception() for t in sent if t.done() and t.exception()]
+                    assert not failed, failed
                     in_force, served, rate = await asyncio.to_thread(figures, admin)
-                    assert not any(task.done() for task in clients), [
-                        task.exception() for task in clients if task.done()
-                    ]
                     if in_force < 0.1 * CONFIGURED:
                         break
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(1 / SENT_PER_SECOND)
                 else:
                     raise AssertionError(f"capacity in force still {in_force} after 60 s")
             finally:
-                stop.set()
-                await asyncio.gather(*clients, return_exceptions=True)
+                for task in sent:
+                    task.cancel()
+                await asyncio.gather(*sent, return_exceptions=True)
         seconds = time.monotonic() - started
         # What the engine served (its own prompt counts), against what was measured.
         served_rate = sum(prompt_tokens) / seconds

@@ -24,37 +24,50 @@ CONFIGURED = 10_000.0
 POOL = "default"
 
 
-def serve(served: ServedCapacity, clock: Clock, seconds: float, per_second: float) -> float | None:
-    """Answers of 100 prompt tokens ending at `per_second` tokens a second for `seconds`,
-    the queues full all along, observed each sample; the last figure observed."""
-    figure = None
-    for _ in range(round(seconds / SAMPLE_SECONDS)):
-        for _ in range(round(per_second * SAMPLE_SECONDS / 100)):
-            served.served(POOL, 100)
-        clock.now += SAMPLE_SECONDS
-        figure = served.observe(POOL, True, CONFIGURED)
-    return figure
+class Pool:
+    """The pool as the measure sees it: requests held in it, and a clock."""
+
+    def __init__(self, share: float = 1.0) -> None:
+        self.clock = Clock()
+        self.held = 10
+        self.served = ServedCapacity(lambda _pool: share, lambda _pool: self.held, self.clock)
+        assert self.served.observe(POOL, True, CONFIGURED) is None  # a spell begins
+
+    def serve(self, seconds: float, per_second: float, growing: bool = True) -> float | None:
+        """Answers costing 100 tokens each, ending at `per_second` tokens a second for
+        `seconds`, the queues full all along and (`growing`) the requests held growing,
+        observed each sample; the last figure observed."""
+        figure = None
+        for _ in range(round(seconds / SAMPLE_SECONDS)):
+            for _ in range(round(per_second * SAMPLE_SECONDS / 100)):
+                self.served.served(POOL, 100)
+            self.held += 1 if growing else 0
+            self.clock.now += SAMPLE_SECONDS
+            figure = self.served.observe(POOL, True, CONFIGURED)
+        return figure
 
 
-def started(share: float = 1.0) -> tuple[ServedCapacity, Clock]:
-    clock = Clock()
-    served = ServedCapacity(lambda _pool: share, clock)
-    assert served.observe(POOL, True, CONFIGURED) is None  # a spell begins
-    return served, clock
-
-
-def test_an_engine_slower_than_its_figure_is_found_within_a_few_half_lives():
-    served, clock = started()
-    assert serve(served, clock, 1, 500) is None  # fewer than MIN_ENDS answers yet
-    figure = serve(served, clock, 4 * HALF_LIFE_SECONDS, 4_000)
+def test_an_engine_falling_behind_is_measured_within_a_few_half_lives():
+    pool = Pool()
+    assert pool.serve(1, 500) is None  # fewer than MIN_ENDS answers yet
+    figure = pool.serve(4 * HALF_LIFE_SECONDS, 4_000)
     assert figure is not None and 4_000 < figure < 4_000 + 0.1 * (CONFIGURED - 4_000)
     # One odd second moves it little.
-    assert serve(served, clock, 1, 0) == pytest.approx(figure * 0.5 ** (1 / HALF_LIFE_SECONDS))
+    assert pool.serve(1, 0) == pytest.approx(figure * 0.5 ** (1 / HALF_LIFE_SECONDS))
+
+
+def test_a_queue_that_holds_without_growing_says_the_engines_keep_up():
+    pool = Pool()
+    slow = pool.serve(3 * HALF_LIFE_SECONDS, 4_000)
+    assert slow is not None and slow < CONFIGURED / 2
+    # The backlog stops growing: what ends is all that was sent, not all they can.
+    caught_up = pool.serve(4 * HALF_LIFE_SECONDS, 4_000, growing=False)
+    assert caught_up is not None and caught_up > CONFIGURED - 0.1 * (CONFIGURED - slow)
 
 
 def test_only_time_with_full_queues_counts_and_what_ended_before_a_spell_does_not():
     clock = Clock()
-    served = ServedCapacity(lambda _pool: 1.0, clock)
+    served = ServedCapacity(lambda _pool: 1.0, lambda _pool: 10, clock)
     for _ in range(50):
         served.served(POOL, 100)  # ended while the engines had seats to spare
     clock.now += 5
@@ -63,28 +76,25 @@ def test_only_time_with_full_queues_counts_and_what_ended_before_a_spell_does_no
     clock.now += SAMPLE_SECONDS
     served.served(POOL, 100)
     assert served.observe(POOL, True, CONFIGURED) is None  # one answer: not known yet
-    served_again, clock_again = started()
-    assert serve(served_again, clock_again, 2 * MIN_ENDS, 100) is not None
+    assert Pool().serve(2 * MIN_ENDS, 100) is not None
 
 
 def test_this_sidecar_s_answers_stand_for_its_share_of_the_pool():
-    alone, clock = started(share=1.0)
-    half, clock_half = started(share=0.5)
-    one = serve(alone, clock, 20, 4_000)
-    other = serve(half, clock_half, 20, 2_000)  # half of the same engines' answers
+    one = Pool(share=1.0).serve(20, 4_000)
+    other = Pool(share=0.5).serve(20, 2_000)  # half of the same engines' answers
     assert one is not None and other == pytest.approx(one)
 
 
 def test_the_figure_holds_a_while_after_the_queues_drain_then_is_dropped():
-    served, clock = started()
-    figure = serve(served, clock, 20, 4_000)
+    pool = Pool()
+    figure = pool.serve(20, 4_000)
     assert figure is not None
-    clock.now += HOLD_SECONDS / 2
-    assert served.observe(POOL, False, CONFIGURED) == figure
-    clock.now += HOLD_SECONDS
-    assert served.observe(POOL, False, CONFIGURED) is None
+    pool.clock.now += HOLD_SECONDS / 2
+    assert pool.served.observe(POOL, False, CONFIGURED) == figure
+    pool.clock.now += HOLD_SECONDS
+    assert pool.served.observe(POOL, False, CONFIGURED) is None
     # A spell long after starts again from the figure in force, not the old measure.
-    assert served.observe(POOL, True, CONFIGURED) is None
+    assert pool.served.observe(POOL, True, CONFIGURED) is None
 
 
 @pytest.mark.asyncio
@@ -94,13 +104,15 @@ async def test_the_monitor_puts_the_lesser_figure_in_force_while_queues_are_full
     fleet = {"capacity_tokens_per_second": CONFIGURED, "follow_served_capacity": follow}
     snapshot = Snapshot(1, QosConfig.from_partial({"fleet": fleet}))
     pool = snapshot.pools.default
-    served = ServedCapacity(lambda _pool: 1.0, clock)
+    held = [10]
+    served = ServedCapacity(lambda _pool: 1.0, lambda _pool: held[0], clock)
     queued = PodLoad("a", 0.5, 2000, 4, 3, kv_block_size=16)
     reports = Reports(queued)
     monitor = LoadMonitor(reports, lambda: snapshot, clock=clock, served=served)  # type: ignore[arg-type]
     for _ in range(30):
         for _ in range(40):
-            served.served(POOL, 100)  # 4 000 prompt tokens a second
+            served.served(POOL, 100)  # 4 000 tokens a second, while more is sent
+        held[0] += 1
         clock.now += SAMPLE_SECONDS
         await monitor.refresh()
     state = monitor.state.for_pool(POOL)
@@ -112,6 +124,7 @@ async def test_the_monitor_puts_the_lesser_figure_in_force_while_queues_are_full
     for _ in range(30):
         for _ in range(200):
             served.served(POOL, 100)
+        held[0] += 1
         clock.now += SAMPLE_SECONDS
         await monitor.refresh()
     assert state.capacity(pool) == CONFIGURED

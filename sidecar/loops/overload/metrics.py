@@ -124,8 +124,8 @@ class LoadCollector(Collector):
         )
         served = GaugeMetricFamily(
             "qos_pool_served_tokens_per_second",
-            "Prompt tokens the pool's engines served a second lately while their queues were "
-            "full (fleet.follow_served_capacity); absent while not measured.",
+            "What the answers of the pool's engines cost its budgets a second lately, while "
+            "they fell behind (fleet.follow_served_capacity); absent while not measured.",
             labels=labels,
         )
         shedding = GaugeMetricFamily(

@@ -1,15 +1,20 @@
-"""What a pool's engines serve while they hold a queue: its capacity as it is now, which
+"""What a pool's engines serve while they fall behind: its capacity as it is now, which
 may be less than the figure configured, or measured before, or said by its pods.
 
-Exchange ends say how many prompt tokens each answer came to (`served`). Each time the
-load monitor reads the reports it says, per pool, whether every pod holds requests
-waiting (`observe`): while they do, the engines serve all they can, and the prompt
-tokens this sidecar's answers came to a second, over its share of the pool's requests in
-flight, are the pool's. The samples (one each SAMPLE_SECONDS or more) move a figure that
-starts from the one in force (half-life HALF_LIFE_SECONDS), so one odd second moves it
-little. It is told once MIN_ENDS answers ended in such time, and for HOLD_SECONDS after
-the last read that found the pool's queues full: when it cuts the budgets the queues
-drain, and going back to the higher figure at once would fill them again.
+Exchange ends say what each answer cost its budgets (`served`: its tokens as the buckets
+charge them, settled from the engine's usage), so the measure is in the budgets' own
+units whatever the mix of prompts and answers. Each time the load monitor reads the
+reports it says, per pool, whether every pod holds requests waiting (`observe`). While
+they do, and the requests the sidecars hold in the pool grew since the last sample, the
+engines serve less than they are sent: what this sidecar's answers cost a second, over
+its share of the pool's requests in flight, is what the pool serves. A queue that holds
+but does not grow says only that the engines keep up: such a sample is the figure in
+force. The samples (one each SAMPLE_SECONDS or more) move a measure that starts from the
+figure (half-life HALF_LIFE_SECONDS), so one odd second moves it little and an engine
+that catches up brings it back. It is told once MIN_ENDS answers ended in sampled time,
+and for HOLD_SECONDS after the last read that found the pool's queues full: when it
+cuts the budgets the queues drain, and going back to the higher figure at once would
+fill them again.
 """
 
 from __future__ import annotations
@@ -26,51 +31,56 @@ HOLD_SECONDS = 30.0
 
 @dataclass
 class _Pool:
-    tokens: float = 0.0  # prompt tokens of the answers ended since the last sample
+    cost: float = 0.0  # what the answers ended since the last sample cost
     ends: int = 0  # and how many
     sampled_at: float | None = None  # the last sample's time, within a full spell
     rate: float | None = None
     counted_ends: int = 0  # answers ended in full time, over the samples taken
     full_at: float = float("-inf")  # the last read that found the queues full
+    held: int = 0  # the requests the sidecars held in the pool at the last sample
 
 
 class ServedCapacity:
     def __init__(
         self,
         share: Callable[[str], float],  # this sidecar's share of a pool's requests in flight
+        held: Callable[[str], int],  # the requests every sidecar holds in a pool
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._share = share
+        self._held = held
         self._clock = clock
         self._pools: dict[str, _Pool] = {}
 
-    def served(self, pool: str, prompt_tokens: int) -> None:
-        """An answer in `pool` ended, its prompt `prompt_tokens` long."""
+    def served(self, pool: str, cost: float) -> None:
+        """An answer in `pool` ended, costing its budgets `cost`."""
         seen = self._pools.setdefault(pool, _Pool())
-        seen.tokens += prompt_tokens
+        seen.cost += cost
         seen.ends += 1
 
     def observe(self, pool: str, full: bool, in_force: float) -> float | None:
-        """The pool's service rate (prompt tokens a second) as measured, or None while not
-        known or no longer current. `full`: every pod of the pool holds requests waiting;
-        `in_force`: the figure the measure starts from."""
+        """The pool's service rate (its budgets' tokens a second) as measured, or None
+        while not known or no longer current. `full`: every pod of the pool holds
+        requests waiting; `in_force`: the figure told, which the measure starts from."""
         now = self._clock()
         share = self._share(pool) if full else 0.0
         seen = self._pools.setdefault(pool, _Pool())
         if now - seen.full_at > HOLD_SECONDS:  # long past: the next spell starts afresh
             seen.rate, seen.counted_ends = None, 0
         if not full or share <= 0:
-            seen.tokens, seen.ends, seen.sampled_at = 0.0, 0, None
+            seen.cost, seen.ends, seen.sampled_at = 0.0, 0, None
         elif seen.sampled_at is None:  # a spell begins: what ended before it is not counted
-            seen.tokens, seen.ends, seen.sampled_at = 0.0, 0, now
-            seen.full_at = now
+            seen.cost, seen.ends, seen.sampled_at = 0.0, 0, now
+            seen.full_at, seen.held = now, self._held(pool)
         else:
             seen.full_at = now
             elapsed = now - seen.sampled_at
             if elapsed >= SAMPLE_SECONDS:
-                sample = seen.tokens / share / elapsed
+                held = self._held(pool)
+                behind = held > seen.held  # sent more than they served
+                sample = seen.cost / share / elapsed if behind else in_force
                 start = in_force if seen.rate is None else seen.rate
                 seen.rate = start + (1 - 0.5 ** (elapsed / HALF_LIFE_SECONDS)) * (sample - start)
                 seen.counted_ends += seen.ends
-                seen.tokens, seen.ends, seen.sampled_at = 0.0, 0, now
+                seen.cost, seen.ends, seen.sampled_at, seen.held = 0.0, 0, now, held
         return seen.rate if seen.counted_ends >= MIN_ENDS else None
