@@ -135,3 +135,15 @@ async def test_a_key_known_before_still_counts_while_redis_is_away():
     clock.now = 1000.0  # the known-key cache has long expired
     assert (await resolver.resolve(auth("k-acme"), snapshot(2))).tenant == "acme"
     assert (await resolver.resolve(auth("k-never-seen"), snapshot(2))).tenant is None
+
+
+@pytest.mark.asyncio
+async def test_a_key_s_tier_is_known_at_its_headers_through_config_changes():
+    resolver = IdentityResolver(Directory(), Clock())
+    assert resolver.known_tier(auth("k-acme"), snapshot(1)) is None  # never seen
+    await resolver.resolve(auth("k-acme"), snapshot(1))
+    assert resolver.known_tier(auth("k-acme"), snapshot(1)) is Tier.P1
+    # A new configuration (the SLO controller moves shares every few seconds) forgets the
+    # cached key for identifying requests, not as the hint of what a response may be.
+    assert resolver.known_tier(auth("k-acme"), snapshot(2)) is Tier.P1
+    assert resolver.known_tier(auth("k-unknown"), snapshot(2)) is None

@@ -113,10 +113,12 @@ class IdentityResolver:
 
     def known_tier(self, headers: Mapping[str, str], snapshot: Snapshot) -> Tier | None:
         """The tier of a request as far as it is known without asking Redis (a key its
-        snapshot or the cache holds, a tenant header); None: not known yet."""
+        snapshot holds, or one seen before, even under an older configuration: a hint,
+        whose request is still identified in full; a tenant header); None: not known."""
         config = self._caches_for(snapshot)
         for _source, tenant, digest in self._named(headers, config, snapshot):
-            tenant = tenant or (self._known.get(digest) if digest else None)
+            if tenant is None and digest:
+                tenant = self._known.get(digest) or self._last_known.get(digest)
             if tenant is not None and tenant in snapshot.tenants:
                 return snapshot.tenants[tenant].tier
         return None
