@@ -28,20 +28,14 @@ def ttft_targets() -> dict[str, float]:
     return {tier: targets[Tier(tier)].ttft_ms for tier in TIERS}
 
 
+def shed_reasons(outcomes: Iterable[Outcome]) -> str:
+    """Why the shed requests were shed, most frequent first ("" if none was)."""
+    reasons = Counter(o.detail for o in outcomes if o.result == SHED)
+    return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
+
+
 # A shed answered this fast was decided at once; slower, the request waited first.
 FAST_SHED_SECONDS = 0.010
-
-
-def shed_reasons(outcomes: Iterable[Outcome]) -> str:
-    """Why the shed requests were shed, by tier, most frequent first, with how many of
-    each after a wait ("" if none was)."""
-    shed = [o for o in outcomes if o.result == SHED]
-    reasons = Counter(f"{o.tier} {o.detail}" for o in shed)
-    waited = Counter(f"{o.tier} {o.detail}" for o in shed if o.seconds > FAST_SHED_SECONDS)
-    return ", ".join(
-        f"{reason} {count}" + (f" ({waited[reason]} after a wait)" if waited[reason] else "")
-        for reason, count in reasons.most_common()
-    )
 
 
 def summarize(
