@@ -1,5 +1,5 @@
 """The files a sidecar is given (`serve --config-file`, `--tenants-file`), applied at start
-and whenever one changes, looked at every second: a mounted ConfigMap or Secret is
+and whenever one changes, looked at twice a second: a mounted ConfigMap or Secret is
 swapped behind a symlink, so its content is what is compared. Only a change of the file
 is applied, not every difference from Redis: while a rollout runs old pods beside new
 ones, each with its own version of the file, they do not write in turn. A file that does
@@ -51,7 +51,7 @@ class FileWatch:
         store: ConfigStore,
         config_file: Path | None,
         tenants_file: Path | None,
-        every_seconds: float = 1.0,
+        every_seconds: float = 0.5,
         max_revoked_share: float = 0.5,
     ) -> None:
         self._watcher = watcher
@@ -163,7 +163,7 @@ class FileWatch:
         return await write_tenants(self._store.client, plan)
 
     def _refuse(self, path: Path, why: str) -> None:
-        if self.refused.get(str(path)) != why:  # once per problem, not every second
+        if self.refused.get(str(path)) != why:  # once per problem, not every look
             log.error("%s; the configuration in force stays", why)
         self.refused[str(path)] = why
 
