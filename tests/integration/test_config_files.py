@@ -28,6 +28,10 @@ from tests.integration.helpers import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
+# Waits for a file to be read, refused or accepted: it is read at a low priority, so on a
+# saturated machine that takes seconds (how soon it is in force is asserted apart).
+READ_WITHIN = 20
+
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
@@ -82,7 +86,7 @@ async def test_a_configuration_file_is_in_force_on_every_sidecar_within_seconds(
             lambda s=sidecar: (
                 scrape(f"{s.admin_url}/metrics")[f'qos_config_file_refused{{file="{path}"}}'] == 1
             ),
-            within=3,
+            within=READ_WITHIN,
             what="the file refused",
         )
         status, body = readyz(sidecar.admin_url)
@@ -100,7 +104,9 @@ async def test_a_configuration_file_is_in_force_on_every_sidecar_within_seconds(
 
     write(path, {"fleet": {"max_concurrency": 9}, "tiers": {"p2": {"share": 0.04}}})
     for sidecar in started:
-        await wait_until(lambda s=sidecar: readyz(s.admin_url) == (200, "ready\n"), within=3)
+        await wait_until(
+            lambda s=sidecar: readyz(s.admin_url) == (200, "ready\n"), within=READ_WITHIN
+        )
 
 
 @pytest.mark.timeout(90)
@@ -140,7 +146,7 @@ def file_refused(sidecar, path) -> bool:
     return scrape(f"{sidecar.admin_url}/metrics")[f'qos_config_file_refused{{file="{path}"}}'] == 1
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 async def test_a_tenants_file_not_whole_is_refused_whole_at_start_too(
     sidecars, aredis, redis_url, tmp_path
 ):
@@ -170,9 +176,11 @@ async def test_a_tenants_file_not_whole_is_refused_whole_at_start_too(
     started = [sidecar]
     for what, content in spoiled.items():
         path.write_text(content)  # in place, as an editor writes it
-        await wait_until(lambda: file_refused(sidecar, path), within=5, what=what)
+        await wait_until(lambda: file_refused(sidecar, path), within=READ_WITHIN, what=what)
         started.append(sidecars("--tenants-file", str(path)))  # at start too
-        await wait_until(lambda: file_refused(started[-1], path), within=5, what="at start")
+        await wait_until(
+            lambda: file_refused(started[-1], path), within=READ_WITHIN, what="at start"
+        )
         now = await store.load()
         assert (now.version, now.tenants, now.api_keys) == (
             held.version,
@@ -191,7 +199,9 @@ async def test_a_tenants_file_not_whole_is_refused_whole_at_start_too(
     # Whole again: accepted, nothing to change.
     write(path, whole)
     for running in started:
-        await wait_until(lambda r=running: not file_refused(r, path), within=5, what="accepted")
+        await wait_until(
+            lambda r=running: not file_refused(r, path), within=READ_WITHIN, what="accepted"
+        )
     assert (await store.load()).version == held.version
 
 
