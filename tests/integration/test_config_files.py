@@ -1,6 +1,6 @@
-"""Configuration as files: two sidecars given the same files apply them within two
-seconds of a change, refuse a broken one whole while the last good serves, and the
-commands leave what a file declares to it."""
+"""Configuration as files: two sidecars given the same files apply them within seconds of
+a change (two; three while the CPU is saturated), refuse a broken one whole while the
+last good serves, and the commands leave what a file declares to it."""
 
 from __future__ import annotations
 

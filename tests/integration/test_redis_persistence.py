@@ -64,23 +64,25 @@ class Pod:
         self.process.start_ready(self._loaded)
         return time.monotonic() - started
 
-    def _loaded(self) -> bool:
+    def _persistence(self) -> dict | None:
+        """Its INFO persistence; None while it does not answer."""
         client = redis.Redis(port=self.port, password=PASSWORD)
         try:
-            return client.info("persistence")["loading"] == 0
+            return client.info("persistence")
         except redis.RedisError:
-            return False
+            return None
         finally:
             client.close()
+
+    def _loaded(self) -> bool:
+        info = self._persistence()
+        return info is not None and info["loading"] == 0
 
     def written(self) -> bool:
         """Whether every write it answered is in its append-only file (the OS holds it,
         whether or not it reached the disk yet)."""
-        client = redis.Redis(port=self.port, password=PASSWORD)
-        try:
-            return client.info("persistence")["aof_buffer_length"] == 0
-        finally:
-            client.close()
+        info = self._persistence()
+        return info is not None and info["aof_buffer_length"] == 0
 
     def kill(self) -> None:
         assert self.process is not None
