@@ -44,11 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser, settings_class: type) -> None
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["type"] = hints[field.name]
-        parser.add_argument(
-            _flag(field.name),
-            help=f"{field.metadata.get('help', '')} (default: {field.default}){suffix}",
-            **kwargs,
-        )
+        text = f"{field.metadata.get('help', '')} (default: {field.default}){suffix}"
+        # argparse formats help with %: a setting's text is plain, so its % is literal.
+        parser.add_argument(_flag(field.name), help=text.replace("%", "%%"), **kwargs)
     if secrets:
         parser.epilog = "secrets, from the environment only (never a flag): " + "; ".join(secrets)
 

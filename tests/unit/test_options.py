@@ -42,3 +42,19 @@ def test_boolean_variables_take_booleans_and_refuse_the_rest(monkeypatch):
         with pytest.raises(SystemExit) as refused:
             parse([])
         assert "QOS_OVER_LIMIT_CACHE" in str(refused.value) and typo in str(refused.value)
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_command_prints_its_help():
+    from sidecar.cli import build_parser
+
+    helps = {p.prog: " ".join(p.format_help().split()) for p in _parsers(build_parser())}
+    assert "qos-sidecar bench promo" in helps
+    assert "80 % of it" in helps["qos-sidecar bench promo"]

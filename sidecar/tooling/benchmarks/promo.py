@@ -137,7 +137,7 @@ class Settings:
     screenshots: str = setting(
         "",
         None,
-        "save the duty team's page, both themes, 85 %% into the QoS run, in this directory "
+        "save the duty team's page, both themes, 85 % into the QoS run, in this directory "
         "(needs chromium, chromedriver, selenium; the browser takes CPU from the sale)",
     )
 
