@@ -42,6 +42,7 @@ from sidecar.loops.overload.admission_records import AdmissionRecords
 from sidecar.loops.overload.metrics import LoadCollector
 from sidecar.loops.overload.monitor import LoadMonitor
 from sidecar.loops.overload.reports import ReportStore
+from sidecar.loops.overload.served import ServedCapacity
 from sidecar.loops.overload.servicer import LoadReporterService
 from sidecar.loops.scrape.resolver import Resolver
 from sidecar.loops.scrape.scraper import ScrapeCollector, Scraper, ScrapeSettings
@@ -192,11 +193,14 @@ class SidecarServer:
             SlotTable(owner=sidecar_id),
             PeerRegistry(self.redis, sidecar_id),
         )
+        # What the engines serve while they fall behind, measured at exchange ends.
+        self.served = ServedCapacity(self.queue.local_share, self.queue.cluster_in_flight_in)
         self.monitor = LoadMonitor(
             reports,
             self.watcher.snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
             residence=self.queue.residence_seconds,
+            served=self.served,
             records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
         )
         self.watcher.on_change(lambda _snapshot: self.monitor.reevaluate())
@@ -293,6 +297,7 @@ class SidecarServer:
             self.watcher.snapshot,
             self.refunds.give_back,
             self.history.first_token,
+            self.served.served,
         )
         self._access_log = AccessLogReceiver(self.ends.ended)
         # A worker's access-log stream carries its siblings' exchanges too.

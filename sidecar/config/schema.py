@@ -154,6 +154,12 @@ class FleetConfig(Strict):
     capacity_tokens_per_second: Positive = 50_000.0
     # In-flight requests the fleet takes at most (all tiers).
     max_concurrency: Annotated[int, Field(ge=1)] = 256
+    # While every pod of a pool holds requests waiting and the requests held there grow
+    # (its engines serve less than they are sent), what its answers cost its budgets a
+    # second (settled from their usage) is its capacity as it is now: in force, for its
+    # budgets and forecasts, when less than the figure above (or its pods' own), and for
+    # 30 s after, lest the queue it drained fill again at once. false: the figure alone.
+    follow_served_capacity: bool = True
 
 
 class IdentityConfig(Strict):

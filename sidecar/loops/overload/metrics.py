@@ -118,7 +118,14 @@ class LoadCollector(Collector):
         )
         capacity = GaugeMetricFamily(
             "qos_pool_capacity_tokens_per_second",
-            "The pool's capacity in force: what its fresh pods report, else the configured.",
+            "The pool's capacity in force: what its fresh pods report, else the configured; "
+            "what its engines served lately with full queues, when less.",
+            labels=labels,
+        )
+        served = GaugeMetricFamily(
+            "qos_pool_served_tokens_per_second",
+            "What the answers of the pool's engines cost its budgets a second lately, while "
+            "they fell behind (fleet.follow_served_capacity); absent while not measured.",
             labels=labels,
         )
         shedding = GaugeMetricFamily(
@@ -144,10 +151,12 @@ class LoadCollector(Collector):
             unreported.add_metric([pool.name], projected.unreported_blocks)
             in_force = state.capacity(pool)
             capacity.add_metric([pool.name], in_force)
+            if state.served is not None:
+                served.add_metric([pool.name], state.served)
             for tier in Tier:
                 reason = state.shedding[tier]
                 rule = reason.value if reason else "none"
                 shedding.add_metric([pool.name, tier.value, rule], 1 if reason else 0)
                 rate.add_metric([pool.name, tier.value], snapshot.share(tier, pool) * in_force)
         yield from (reporting, free, projected_free, unreported, in_flight, projected_in_flight)
-        yield from (capacity, shedding, rate)
+        yield from (capacity, served, shedding, rate)

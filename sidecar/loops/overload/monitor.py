@@ -27,7 +27,7 @@ from sidecar.background import Background
 from sidecar.budget_layout import SLOT_MS
 from sidecar.config.base import Tier
 from sidecar.config.pools import Pool
-from sidecar.config.schema import OverloadConfig
+from sidecar.config.schema import OverloadConfig, QosConfig
 from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.admission_records import AdmissionRecords
 from sidecar.loops.overload.admitted import (
@@ -41,6 +41,7 @@ from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate, pool_of
 from sidecar.loops.overload.priority_check import priority_unconfirmed
 from sidecar.loops.overload.refusals import RefusingPods
 from sidecar.loops.overload.reports import ReportStore
+from sidecar.loops.overload.served import ServedCapacity
 from sidecar.loops.overload.shedding import SheddingState, eviction_needed
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,10 @@ class LoadMonitor:
         gateway_in_flight: Callable[[str | None], int] = lambda _pool: 0,
         records: AdmissionRecords | None = None,
         residence: Callable[[str | None], float | None] = lambda _pool: None,
+        served: ServedCapacity | None = None,
     ) -> None:
         self._store = store
+        self._served = served  # what each pool's engines serve while their queues are full
         self._records = records
         self._gateway_in_flight = gateway_in_flight
         self._residence = residence  # a request's mean seconds in flight, per pool
@@ -293,11 +296,22 @@ class LoadMonitor:
             load = self._projected(aggregate(by_pool[pool.name], self._most_running), pool.name)
             in_flight, residence = self._gateway_in_flight(pool.name), self._residence(pool.name)
             state.update(load, config, in_flight, pool, residence)
+            state.served = self._served_in(pool, by_pool[pool.name], state, config)
             states[pool.name] = state
             blocks = eviction_needed(state, pool, config)
             if blocks > 0 and self.evict is not None:
                 self.evict(pool.name, blocks)
         self.state.pools = states
+
+    def _served_in(
+        self, pool: Pool, pods: list[PodLoad], state: SheddingState, config: QosConfig
+    ) -> float | None:
+        """What the pool's engines were measured to serve lately, while every pod held
+        requests waiting (or refused them at its queue limits); None when not measured."""
+        if self._served is None or not config.fleet.follow_served_capacity:
+            return None
+        full = bool(pods) and all(pod.waiting > 0 or pod.refusing for pod in pods)
+        return self._served.observe(pool.name, full, state.figure(pool))
 
     def _projected(self, load: ClusterLoad, pool: str | None) -> ClusterLoad:
         # No pod reports: nothing to project onto (the admissions projected here wait for one).

@@ -45,16 +45,25 @@ class SheddingState:
     recovery: dict[Tier, float | None] = field(default_factory=lambda: dict.fromkeys(Tier))
     load: ClusterLoad = field(default_factory=lambda: ClusterLoad((), None, 0))
     pools: dict[str, SheddingState] = field(default_factory=dict)
+    # What the pool's engines serve a second while their queues are full, when measured
+    # (served.py): the capacity in force when below the figure.
+    served: float | None = None
     # A request's mean seconds in flight lately (None: not known), as last read.
     residence: float | None = None
 
     def for_pool(self, name: str) -> SheddingState:
         return self.pools.get(name, self)
 
-    def capacity(self, pool: Pool) -> float:
-        """The pool's capacity in force: what its fresh pods say they prefill, else the
+    def figure(self, pool: Pool) -> float:
+        """The pool's capacity as told: what its fresh pods say they prefill, else the
         configured figure."""
         return self.load.capacity_tokens_per_second or pool.capacity_tokens_per_second
+
+    def capacity(self, pool: Pool) -> float:
+        """The pool's capacity in force: the figure told, or what its engines were
+        measured to serve lately when that is less."""
+        told = self.figure(pool)
+        return told if self.served is None else min(told, self.served)
 
     def update(
         self,

@@ -22,9 +22,12 @@ from sidecar.request.queueing.slots import Slot
 
 # How long after an exchange's ext_proc stream ends its slot waits for the access log.
 UNLOGGED_GRACE_SECONDS = 1.0
+# Ends of work the engine did: what its service rate is measured by.
+SERVED = ("completed", "client_gone", "timed_out")
 
 GiveBack = Callable[[Reservation, float], None]
 FirstToken = Callable[[Tier, str, float], None]
+Served = Callable[[str, float], None]  # an answer of a pool ended: what it cost its budgets
 
 
 class ExchangeEnds:
@@ -36,8 +39,10 @@ class ExchangeEnds:
         snapshot: Callable[[], Snapshot],
         give_back: GiveBack | None,  # None: nothing is ever reserved (QoS off)
         first_token: FirstToken,
+        served: Served = lambda _pool, _cost: None,
     ) -> None:
         self._queue = queue
+        self._served = served
         self._metrics = metrics
         self._samples = samples
         self._snapshot = snapshot
@@ -56,10 +61,16 @@ class ExchangeEnds:
             if self.forward is not None:
                 self.forward(end)  # another worker's exchange
             return
-        if slot.reservation is not None:
-            self._settle(slot, slot.reservation, end)
+        reservation = slot.reservation
+        cost = (
+            self._prompt_cost(slot, end)
+            if reservation is None
+            else self._settle(slot, reservation, end)
+        )
         how = _how(end)
         self._metrics.child(self._metrics.exchange_ends, slot.tier.value, how).inc()
+        if how in SERVED and cost is not None:
+            self._served(slot.pool, cost)
         # A whole answer's SLO is its total time; a streamed one's is its first token's.
         if not slot.stream and how != "client_gone" and end.seconds_total is not None:
             self._samples.record(
@@ -111,11 +122,20 @@ class ExchangeEnds:
         if self._unlogged:
             self._sweep = loop.call_at(self._unlogged[0][0], self._unlogged_ends)
 
-    def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> None:
-        """Give the buckets back what the request did not use, or take what it owes."""
+    def _prompt_cost(self, slot: Slot, end: ExchangeEnd) -> float | None:
+        """What an answer charged for its prompt alone cost: the prompt's count in its
+        usage, as its tier weighs it; None when the answer gave no count."""
+        if end.prompt_tokens is None:
+            return None
+        pool = self._snapshot().pools.get(slot.pool)
+        return end.prompt_tokens * (pool.tiers[slot.tier].weight if pool else 1.0)
+
+    def _settle(self, slot: Slot, reservation: Reservation, end: ExchangeEnd) -> float:
+        """Give the buckets back what the request did not use, or take what it owes; what
+        it cost in the end (its reservation, when its answer says nothing to settle by)."""
         settled = settle(slot.stream, reservation, end)
         if settled is None:
-            return
+            return reservation.charge.reserved
         if settled.estimate_error is not None:
             self._metrics.estimate_error.observe(settled.estimate_error)
         if self._give_back is not None:
@@ -125,6 +145,7 @@ class ExchangeEnds:
             reservation.charge.expected_output
         )
         self._metrics.child(self._metrics.output_settled, tier, settled.source).inc(settled.output)
+        return reservation.charge.reserved + settled.difference
 
 
 def _how(end: ExchangeEnd) -> str:

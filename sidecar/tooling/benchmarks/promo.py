@@ -55,6 +55,15 @@ NO_QOS, QOS = "no QoS", "QoS"
 LITELLM = "LiteLLM"  # the peer gateway, LiteLLM's proxy (litellm_peer.py)
 # The sale through the sidecar with its wait forecast off (queue.foresee_waits).
 QOS_NO_FORECAST = "QoS, no forecast"
+# And with the capacity measured before the sale alone in force, whatever the engines
+# serve during it (fleet.follow_served_capacity).
+QOS_FIXED_CAPACITY = "QoS, capacity fixed"
+# The runs through the sidecar, with what each changes of the sale's configuration.
+THROUGH_QOS: dict[str, dict[str, dict]] = {
+    QOS: {},
+    QOS_NO_FORECAST: {"queue": {"foresee_waits": False}},
+    QOS_FIXED_CAPACITY: {"fleet": {"follow_served_capacity": False}},
+}
 PROBE_KEY = "promo-probe"
 
 
@@ -122,8 +131,9 @@ class Settings:
     runs: str = setting(
         "qos,no-qos",
         None,
-        "which runs, in this order: qos, qos-no-forecast, no-qos, litellm (LiteLLM's "
-        "proxy in front of the same engines, from its own venv: scripts/setup-litellm.sh)",
+        "which runs, in this order: qos, qos-no-forecast, qos-fixed-capacity, no-qos, "
+        "litellm (LiteLLM's proxy in front of the same engines, from its own venv: "
+        "scripts/setup-litellm.sh)",
     )
     load_tool: str = setting(
         "ours",
@@ -330,19 +340,21 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             plain = envoy_config.without_qos(stack.envoy_config(port, admin_port))
             stack.processes.append(start_envoy(plain, work, admin_port, name="envoy-no-qos"))
             urls = {NO_QOS: f"http://127.0.0.1:{port}"}
-            urls |= dict.fromkeys((QOS, QOS_NO_FORECAST), stack.envoy_url)
+            urls |= dict.fromkeys(THROUGH_QOS, stack.envoy_url)
             gateways = {NO_QOS: [stack.process("envoy-no-qos").pid]}
             qos_pids = [stack.process("sidecar").pid, stack.process("envoy").pid]
-            gateways |= dict.fromkeys((QOS, QOS_NO_FORECAST), qos_pids)
+            gateways |= dict.fromkeys(THROUGH_QOS, qos_pids)
             if LITELLM in _runs(settings.runs):
                 urls[LITELLM], gateways[LITELLM] = _start_litellm(stack, settings, fleet, work)
             for run in _runs(settings.runs):
                 url = urls[run]
-                through_qos = run in (QOS, QOS_NO_FORECAST)
+                through_qos = run in THROUGH_QOS
                 admin = stack.sidecar_admin_url if through_qos else ""
                 if through_qos:
-                    forecast = {"queue": {"foresee_waits": run == QOS}}
-                    stack.config.set({**configuration(settings, fleet), **overflow, **forecast})
+                    sale = {**configuration(settings, fleet), **overflow}
+                    for key, changed in THROUGH_QOS[run].items():
+                        sale[key] = {**sale.get(key, {}), **changed}
+                    stack.config.set(sale)
                     stack.config.forget_latencies()  # each QoS run steers from scratch
                 print(f"[{run}] offering load through {url} ...", flush=True)
                 targets = {"qos-sidecar": stack.sidecar_grpc, "do-nothing": noop_address}
@@ -394,6 +406,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
     for run, result in views.items():
         if said := report.shed_reasons(result):
             print(f"{run}: shed as {said}")
+        if waited := report.shed_after_a_wait(result):
+            print(f"{run}: shed after a wait: {waited}")
     for run, result in views.items():
         moved = Counter((o.tier, o.served_by) for o in result if o.served_by)
         for (tier, pool), count in sorted(moved.items()):
@@ -573,6 +587,7 @@ def _runs(names: str) -> list[str]:
         "no-qos": NO_QOS,
         "qos": QOS,
         "qos-no-forecast": QOS_NO_FORECAST,
+        "qos-fixed-capacity": QOS_FIXED_CAPACITY,
         "litellm": LITELLM,
     }
     runs = [name.strip() for name in names.split(",") if name.strip()]

@@ -28,14 +28,24 @@ def ttft_targets() -> dict[str, float]:
     return {tier: targets[Tier(tier)].ttft_ms for tier in TIERS}
 
 
+# A shed answered this fast was decided at once; slower, the request waited first.
+FAST_SHED_SECONDS = 0.010
+
+
 def shed_reasons(outcomes: Iterable[Outcome]) -> str:
     """Why the shed requests were shed, most frequent first ("" if none was)."""
     reasons = Counter(o.detail for o in outcomes if o.result == SHED)
     return ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
 
 
-# A shed answered this fast was decided at once; slower, the request waited first.
-FAST_SHED_SECONDS = 0.010
+def shed_after_a_wait(outcomes: Iterable[Outcome]) -> str:
+    """Of those, the ones shed after a wait, by tier and reason ("" if none was)."""
+    waited = Counter(
+        f"{o.tier} {o.detail}"
+        for o in outcomes
+        if o.result == SHED and o.seconds > FAST_SHED_SECONDS
+    )
+    return ", ".join(f"{reason} {count}" for reason, count in waited.most_common())
 
 
 def summarize(
