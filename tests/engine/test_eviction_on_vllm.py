@@ -1,13 +1,16 @@
 """Streams ended early on vLLM itself: P2 streams fill vLLM's KV cache; below the eviction
 line, with P1 shed for the memory, the gateway ends P2's newest streams. Each ends
 well-formed as the official client reads it (finish_reason, the usage so far, [DONE]),
-vLLM stops running it within a second of its end, and the P0 requests sent after are
-served to the end, none of them ended."""
+vLLM stops running it within a second of the gateway's decision, and the P0 requests sent
+after are served to the end, none of them ended."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from datetime import datetime
+from pathlib import Path
 
 import openai
 import pytest
@@ -61,8 +64,8 @@ def evicting_stack(small_kv_engine, tmp_path):
         yield stack, engine
 
 
-async def stream(api: openai.AsyncOpenAI, messages: list[dict], max_tokens: int) -> tuple:
-    """Its chunks, and when the last came (monotonic)."""
+async def stream(api: openai.AsyncOpenAI, messages: list[dict], max_tokens: int) -> list:
+    """Its chunks."""
     chunks = []
     answer = await api.chat.completions.create(
         model="mock-llm",
@@ -73,7 +76,25 @@ async def stream(api: openai.AsyncOpenAI, messages: list[dict], max_tokens: int)
     )
     async for chunk in answer:
         chunks.append(chunk)
-    return chunks, time.monotonic()
+    return chunks
+
+
+def decided_at(log: Path) -> float:
+    """When the sidecar first decided to end streams (its log line's time, epoch
+    seconds, to the millisecond)."""
+    for line in log.read_text().splitlines():
+        entry = json.loads(line) if line.startswith("{") else {}
+        if entry.get("message") == "streams ended early for the tiers above":
+            return datetime.fromisoformat(entry["ts"].replace("Z", "+00:00")).timestamp()
+    raise AssertionError("the sidecar logged no decision to end streams")
+
+
+async def watch(unfinished, seen: list[tuple[float, float]]) -> None:
+    """vLLM's unfinished requests, looked at as often as its /metrics answers: (epoch
+    seconds the answer came, the count)."""
+    while True:
+        count = await asyncio.to_thread(unfinished)
+        seen.append((time.time(), count))
 
 
 def finish(chunks: list) -> str | None:
@@ -96,22 +117,33 @@ async def test_p2_streams_are_ended_well_formed_and_vllm_drops_them(evicting_sta
         )
         for tier, key in KEYS.items()
     }
+    seen: list[tuple[float, float]] = []
     async with apis["p2"] as p2, apis["p0"] as p0:
         batch = [asyncio.create_task(stream(p2, prompt, P2_TOKENS)) for prompt in prompts]
         await until(lambda: unfinished() == P2_STREAMS, 120, "the P2 streams in vLLM")
+        watching = asyncio.create_task(watch(unfinished, seen))
         done, _ = await asyncio.wait(batch, return_when=asyncio.FIRST_COMPLETED, timeout=300)
-        (first,) = [task.result() for task in done][:1]
-        chunks, ended_at = first
+        chunks = next(iter(done)).result()
         assert finish(chunks) == EVICTED, chunks[-2:]
-        # vLLM drops it: fewer unfinished requests within a second of its end.
-        await until(lambda: unfinished() < P2_STREAMS, 1.0, "vLLM dropping the stream")
-        dropped_after = time.monotonic() - ended_at
+        decision = decided_at(stack.process("sidecar").log_path)
+        await until(
+            lambda: any(at > decision and count < P2_STREAMS for at, count in seen),
+            30,
+            "vLLM dropping the stream",
+        )
+        watching.cancel()
         served = await asyncio.gather(*(stream(p0, m, 20) for m in payments))
         ended = await asyncio.gather(*batch)
-    print(f"vLLM dropped the first stream ended {dropped_after * 1000:.0f} ms after its end")
-    for chunks, _ in ended:
+    # The first look after the decision that found fewer: an upper bound of the drop.
+    dropped = next(at for at, count in seen if at > decision and count < P2_STREAMS)
+    print(
+        f"vLLM dropped the first stream ended {(dropped - decision) * 1000:.0f} ms after "
+        "the gateway decided to end it"
+    )
+    assert dropped - decision <= 1.0, seen
+    for chunks in ended:
         if finish(chunks) == EVICTED:
             closing = chunks[-1]
             assert closing.choices == [] and closing.usage.completion_tokens > 0
-    for chunks, _ in served:
+    for chunks in served:
         assert finish(chunks) == "length"  # P0 is never ended: each runs to max_tokens
