@@ -148,6 +148,23 @@ async def test_a_wait_foreseen_longer_than_the_tier_allows_is_answered_at_once()
 
 
 @pytest.mark.asyncio
+async def test_a_wait_run_out_is_told_to_come_back_once_the_queue_ahead_drains_by_its_wait():
+    clock = Clock()
+    decider, admission = decider_with_clock(clock, tiers={"p2": {"max_queue_wait_seconds": 0.1}})
+    await released_every(decider, admission, clock, 0.05)  # twenty releases a second
+    busy = await decider.decide(chat("k-p0"))
+    held = await begin(decider, chat("k-p2"))  # foreseen 0.05 s: it waits
+    ahead = [await begin(decider, chat("k-p0")) for _ in range(3)]  # P0 goes first
+    final = await held.task  # no release comes: it waits out its 0.1 s
+    assert isinstance(final, Respond) and final.reason == "shed_queue_timeout"
+    # A newcomer now waits for the three P0 and its own turn, 0.2 s; it may wait 0.1.
+    assert final.headers["retry-after-ms"] == str(round((4 / 20 - 0.1) * 1000))
+    for waiting in ahead:
+        await waiting.stop()
+    admission.release(busy.record.slot)
+
+
+@pytest.mark.asyncio
 async def test_a_wait_foreseen_within_the_limit_is_held_and_its_forecast_kept():
     clock = Clock()
     decider, admission = decider_with_clock(clock)

@@ -246,7 +246,8 @@ class Waiting:
             reason = Reason.SHED_QUEUE_TIMEOUT
         if slot is None:
             self._give_back(wait.reservation)
-            raise shed(reason, wait.tier.value, queue.foreseen_wait(wait.tier, wait.pool))
+            foreseen = queue.foreseen_wait(wait.tier, wait.pool)
+            raise shed(reason, wait.tier.value, _drained_within(foreseen, wait.max_wait))
         waited = self._clock() - started
         first_token = self._first_token_after(queue, wait, slot.id, waited)
         return Turn(slot.id, waited, foreseen, first_token)
@@ -279,9 +280,7 @@ class Waiting:
         else:
             return foreseen
         self._give_back(wait.reservation)
-        # To come back once the queue ahead has drained by what it outlasts its wait by.
-        later = None if foreseen is None else foreseen - max(wait.max_wait, 0.0)
-        raise shed(reason, wait.tier.value, later)
+        raise shed(reason, wait.tier.value, _drained_within(foreseen, wait.max_wait))
 
     async def _budget_turn(self, wait: Wait, budget: BudgetTurn, deadline: float) -> None:
         """In line for the bucket's refill until it takes the request, within its wait."""
@@ -317,3 +316,9 @@ def max_wait(
             f"(0 or more), not {asked[:40]!r}.",
         )
     return min(limit, int(text) / 1000)
+
+
+def _drained_within(foreseen: float | None, max_wait: float) -> float | None:
+    """When a newcomer's wait for a slot is foreseen within what it may wait: once the
+    queue ahead has drained by what the wait outlasts it by (None: nothing foreseen)."""
+    return None if foreseen is None else max(foreseen - max(max_wait, 0.0), 0.0)
