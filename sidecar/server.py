@@ -199,7 +199,7 @@ class SidecarServer:
             reports,
             self.watcher.snapshot,
             gateway_in_flight=self.queue.cluster_in_flight_in,
-            residence=self.queue.residence_seconds,
+            pace=self.queue.pace,
             served=self.served,
             records=AdmissionRecords(self._records_redis, lambda: self.watcher.current.pools.names),
         )
@@ -402,7 +402,7 @@ class SidecarServer:
         return self.watcher.not_ready_because
 
     async def stop(self, now: asyncio.Event | None = None) -> None:
-        """Drain: report NOT_SERVING, refuse new streams, let open ones finish within the
+        """Pace: report NOT_SERVING, refuse new streams, let open ones finish within the
         grace (or until `now` is set: a second signal); then stop the rest, each step
         bounded, so that nothing Redis or a peer does holds the exit."""
         self._ready = False

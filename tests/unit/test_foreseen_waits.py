@@ -19,8 +19,8 @@ from sidecar.request.bodies.tokens import estimate
 from sidecar.request.policy.decision import Admit, FirstTokenForecast, Respond
 from sidecar.request.queueing.first_token import FirstTokenForecaster
 from sidecar.request.queueing.forecast import (
+    EventRate,
     FirstTokenTimes,
-    ReleaseRate,
     foreseen_wait,
     releases_needed,
 )
@@ -40,7 +40,7 @@ class Clock:
 
 def test_no_rate_until_enough_releases_were_seen():
     clock = Clock()
-    rate = ReleaseRate(clock, window=10, min_releases=4)
+    rate = EventRate(clock, window=10, min_releases=4)
     for _ in range(3):
         clock.now += 1
         rate.note()
@@ -52,7 +52,7 @@ def test_no_rate_until_enough_releases_were_seen():
 
 def test_the_rate_counts_the_window_s_releases_only():
     clock = Clock()
-    rate = ReleaseRate(clock, window=10, min_releases=4)
+    rate = EventRate(clock, window=10, min_releases=4)
     clock.now += 20
     for _ in range(20):  # 20 releases in the last 2 s
         clock.now += 0.1
@@ -84,7 +84,7 @@ def test_p1_needs_no_more_than_its_min_share_gives_it():
 
 def test_the_wait_is_the_releases_needed_at_the_rate_seen():
     clock = Clock()
-    rate = ReleaseRate(clock, window=10, min_releases=4)
+    rate = EventRate(clock, window=10, min_releases=4)
     scheduler = queue_of(p2=9)
     assert foreseen_wait(scheduler, Tier.P2, rate) is None
     for _ in range(50):  # 5 a second
@@ -328,17 +328,19 @@ def test_a_stream_late_behind_the_engines_queue_alone_is_not_probed():
     assert forecaster.probe(Tier.P1, pool, FirstTokenForecast(engine_queue=0.5, rest=3.5))
 
 
-def test_a_request_s_time_in_flight_is_what_is_held_over_the_release_rate():
-    """Little's law over the sidecar's own slots: 20 held, 4 given back a second."""
+def test_the_pace_is_what_is_held_and_how_fast_it_ends_and_starts():
+    """Over the sidecar's own slots: 20 held, 4 given back a second, P1 taken 6 a second."""
     clock = Clock()
     admission = AdmissionQueue(QosConfig, clock=clock)
+    assert admission.pace(None) is None  # nothing seen yet
     slots = [admission.try_take(Tier.P1, "t") for _ in range(60)]
-    assert admission.residence_seconds(None) is None  # no release seen yet
+    assert admission.pace(None) is None  # no release seen yet
     for slot in slots[:40]:
         clock.now += 0.25
         admission.release(slot.id)
     pool = slots[0].pool
-    assert admission.release_rate(pool) == pytest.approx(40 / 10)
-    assert admission.residence_seconds(pool) == pytest.approx(20 / 4)
-    assert admission.residence_seconds(None) == admission.residence_seconds(pool)
-    assert admission.residence_seconds("another-pool") is None
+    pace = admission.pace(pool)
+    assert pace is not None and (pace.held, pace.releases) == (20, pytest.approx(40 / 10))
+    assert pace.taken[Tier.P1] == pytest.approx(60 / 10) and pace.taken[Tier.P0] == 0.0
+    assert admission.pace(None) == pace
+    assert admission.pace("another-pool") is None

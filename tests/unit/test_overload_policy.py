@@ -10,6 +10,7 @@ from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.config.snapshot import Snapshot
 from sidecar.loops.overload.load import PodLoad, aggregate
+from sidecar.loops.overload.pace import Pace
 from sidecar.loops.overload.shedding import SheddingState, eviction_needed
 from sidecar.refusals import Reason
 from sidecar.request.admission.candidates import overload_refusal
@@ -141,18 +142,39 @@ def test_operator_modes(mode, expected):
 def test_a_shed_tier_is_foreseen_back_once_its_share_of_the_work_has_ended():
     state = SheddingState()
     # 5 % free, P2 back at 17 % (15 % + 2): 12 points of the 95 in use must end, that
-    # share of the requests in flight, each in flight 4 s on average.
-    state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, residence=4.0)
+    # share of the requests in flight, each in flight 4 s on average (40 held, 10 a
+    # second ending), nothing starting meanwhile.
+    quiet = Pace(held=40, releases=10.0, taken={})
+    state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, pace=quiet)
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     assert state.recovery[Tier.P2] == pytest.approx(4.0 * 0.12 / 0.95)
     assert state.recovery[Tier.P1] == pytest.approx(4.0 * (0.08 + 0.02 - 0.05) / 0.95)
     assert state.recovery[Tier.P0] is None  # not shed
-    # In flight: 90 of 100, P2 back at 78: 12 of the 90 must end.
-    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, residence=3.0)
+    # In flight: 90 of 100, P2 back at 78: 12 of the 90 must end, 30 held ending 10 a
+    # second.
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=Pace(30, 10.0, {}))
     assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
     assert state.recovery[Tier.P2] == pytest.approx(3.0 * 12 / 90)
-    # No time in flight known yet: nothing foreseen.
+    # No pace known yet: nothing foreseen.
     state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG)
+    assert state.recovery[Tier.P2] is None
+
+
+def test_the_tiers_still_admitted_slow_a_shed_tier_s_comeback():
+    state = SheddingState()
+    # 10 a second end; P0 and P1, still admitted, start 6 of them again, P2's own none.
+    busy = Pace(held=30, releases=10.0, taken={Tier.P0: 2.0, Tier.P1: 4.0, Tier.P2: 3.0})
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=busy)
+    assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
+    assert state.recovery[Tier.P2] == pytest.approx(12 / 90 * 30 / (10 - 6))
+    # 5 % free: P1 is shed too, for the KV: only P0 starts work ahead of either.
+    state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, pace=busy)
+    assert state.recovery[Tier.P1] == pytest.approx((0.08 + 0.02 - 0.05) / 0.95 * 30 / 8)
+    assert state.recovery[Tier.P2] == pytest.approx(0.12 / 0.95 * 30 / 8)
+    # The tiers above start as much as ends: the in-flight excess is not foreseen to go.
+    flooded = Pace(held=30, releases=10.0, taken={Tier.P0: 4.0, Tier.P1: 6.0})
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=flooded)
+    assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
     assert state.recovery[Tier.P2] is None
 
 

@@ -21,6 +21,7 @@ from sidecar.loops.overload.admitted import (
 )
 from sidecar.loops.overload.load import PodLoad, aggregate
 from sidecar.loops.overload.monitor import SETTLING_SECONDS, LoadMonitor
+from sidecar.loops.overload.pace import Pace
 from sidecar.refusals import Reason
 from sidecar.request.admission.director import AdmissionDirector
 from sidecar.request.admission.identity import IdentityResolver
@@ -87,10 +88,10 @@ POOL = Snapshot(1).pools.default
 
 
 async def monitor_at(
-    free: float, records: Records, clock: Clock, residence: float | None = None
+    free: float, records: Records, clock: Clock, pace: Pace | None = None
 ) -> LoadMonitor:
     """A monitor that has read one pod of 2 000 blocks, `free` of them free, 0.1 s ago;
-    `residence`: a request's mean seconds in flight, as the queue would say."""
+    `pace`: how fast requests in flight end and start, as the queue would say."""
     snapshot = Snapshot(1)
     reports = Reports(PodLoad("a", 1 - free, 2000, 0, 0, age_seconds=0.1, kv_block_size=16))
     monitor = LoadMonitor(
@@ -98,7 +99,7 @@ async def monitor_at(
         lambda: snapshot,
         clock=clock,
         records=records,  # type: ignore[arg-type]
-        residence=lambda _pool: residence,
+        pace=lambda _pool: pace,
     )
     await monitor.refresh()
     return monitor
@@ -139,7 +140,7 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
 
 @pytest.mark.asyncio
 async def test_a_shed_tier_stays_foreseen_back_while_admissions_move_the_projection(clock):
-    monitor = await monitor_at(0.10, Records(), clock, residence=4.0)
+    monitor = await monitor_at(0.10, Records(), clock, pace=Pace(40, 10.0, {}))
     state = monitor.state.for_pool(POOL.name)
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     before = state.recovery[Tier.P2]

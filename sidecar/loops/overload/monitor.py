@@ -38,6 +38,7 @@ from sidecar.loops.overload.admitted import (
     admitted_load,
 )
 from sidecar.loops.overload.load import ClusterLoad, PodLoad, aggregate, pool_of
+from sidecar.loops.overload.pace import Pace
 from sidecar.loops.overload.priority_check import priority_unconfirmed
 from sidecar.loops.overload.refusals import RefusingPods
 from sidecar.loops.overload.reports import ReportStore
@@ -62,14 +63,14 @@ class LoadMonitor:
         clock: Callable[[], float] = time.monotonic,
         gateway_in_flight: Callable[[str | None], int] = lambda _pool: 0,
         records: AdmissionRecords | None = None,
-        residence: Callable[[str | None], float | None] = lambda _pool: None,
+        pace: Callable[[str | None], Pace | None] = lambda _pool: None,
         served: ServedCapacity | None = None,
     ) -> None:
         self._store = store
         self._served = served  # what each pool's engines serve while their queues are full
         self._records = records
         self._gateway_in_flight = gateway_in_flight
-        self._residence = residence  # a request's mean seconds in flight, per pool
+        self._pace = pace  # how fast each pool's requests in flight end and start
         self._snapshot = snapshot
         self._interval = interval
         self._clock = clock
@@ -222,7 +223,7 @@ class LoadMonitor:
             return
         projected = state.load.plus(*self._unreported[pool_name])
         in_flight = self._gateway_in_flight(pool_name)
-        state.update(projected, snapshot.config, in_flight, pool, state.residence)
+        state.update(projected, snapshot.config, in_flight, pool, state.pace)
 
     def _forget_projected(self, read: RecentAdmissions, ttl: float) -> None:
         """Drop what the read just done holds, what was cancelled, and what is older than
@@ -283,7 +284,7 @@ class LoadMonitor:
             self._projected(aggregate(pods, self._most_running), None),
             config,
             self._gateway_in_flight(None),
-            residence=self._residence(None),
+            pace=self._pace(None),
         )
         by_pool: dict[str, list[PodLoad]] = {pool.name: [] for pool in pools}
         for pod in pods:
@@ -294,8 +295,8 @@ class LoadMonitor:
         for pool in pools:
             state = self.state.pools.get(pool.name) or SheddingState()
             load = self._projected(aggregate(by_pool[pool.name], self._most_running), pool.name)
-            in_flight, residence = self._gateway_in_flight(pool.name), self._residence(pool.name)
-            state.update(load, config, in_flight, pool, residence)
+            in_flight, pace = self._gateway_in_flight(pool.name), self._pace(pool.name)
+            state.update(load, config, in_flight, pool, pace)
             state.served = self._served_in(pool, by_pool[pool.name], state, config)
             states[pool.name] = state
             blocks = eviction_needed(state, pool, config)

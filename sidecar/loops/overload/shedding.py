@@ -7,9 +7,9 @@ crosses its threshold and stops only once the signal is `hysteresis` back past i
 When it is foreseen back (`recovery`, the Retry-After of its sheds): the signal must
 recover by some share of what the engines hold (the free KV's deficit over the KV in
 use, the in-flight excess over the requests in flight); that share of the work in flight
-ends in that share of a request's mean time in flight (`residence`: Little's law over
-the slots this sidecar holds and gives back). Admissions of the tiers above meanwhile
-are not foreseen.
+ends at the pace requests end, less the pace the tiers still admitted above it start
+(`Pace`, over the slots this sidecar holds, gives back and takes). Requests are taken
+as equal: a tier above with shorter prompts frees the KV sooner than foreseen.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sidecar.config.base import TIERS, Tier
 from sidecar.config.pools import Pool
 from sidecar.config.schema import QosConfig, TierConfig
 from sidecar.loops.overload.load import ClusterLoad
+from sidecar.loops.overload.pace import Pace
 from sidecar.refusals import Reason
 
 
@@ -48,8 +49,8 @@ class SheddingState:
     # What the pool's engines serve a second while their queues are full, when measured
     # (served.py): the capacity in force when below the figure.
     served: float | None = None
-    # A request's mean seconds in flight lately (None: not known), as last read.
-    residence: float | None = None
+    # How fast the pool's requests in flight end and start lately (None: not known).
+    pace: Pace | None = None
 
     def for_pool(self, name: str) -> SheddingState:
         return self.pools.get(name, self)
@@ -71,18 +72,19 @@ class SheddingState:
         config: QosConfig,
         gateway_in_flight: int = 0,
         pool: Pool | None = None,
-        residence: float | None = None,
+        pace: Pace | None = None,
     ) -> None:
         """`gateway_in_flight`: requests the sidecars hold slots for, cluster-wide; the
         in-flight rule uses it or the engines' own count, whichever is higher. `pool`: the
-        pool whose thresholds and limit apply (default: the top-level ones). `residence`:
-        a request's mean seconds in flight lately, None when not known."""
+        pool whose thresholds and limit apply (default: the top-level ones). `pace`: how
+        fast its requests in flight end and start lately, None when not known."""
         self.load = load
-        self.residence = residence
+        self.pace = pace
         in_flight = max(load.in_flight, gateway_in_flight)
         tiers = pool.tiers if pool else config.tiers
         max_concurrency = (pool.fleet if pool else config.fleet).max_concurrency
         hysteresis = config.overload.hysteresis
+        admitted: list[Tier] = []  # the tiers above the one at hand that are not shed
         for tier in TIERS:
             settings = tiers[tier]
             rule = self._rule(
@@ -96,7 +98,11 @@ class SheddingState:
             elif rule is Reason.SHED_INFLIGHT and settings.shed_above_inflight is not None:
                 back = settings.shed_above_inflight - hysteresis
                 share = _share(in_flight - back * max_concurrency, in_flight)
-            self.recovery[tier] = None if share is None or residence is None else share * residence
+            self.recovery[tier] = (
+                None if share is None or pace is None else pace.seconds(share, admitted)
+            )
+            if rule is None:
+                admitted.append(tier)
 
     @staticmethod
     def _rule(

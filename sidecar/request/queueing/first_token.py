@@ -10,7 +10,7 @@ way to the engine and its prefill) as its tier's streams took it lately.
   every tier. Each held slot is a request the engines run or hold in their queue.
 - seats: the requests the pool's pods run at once, as they report (the most each was seen
   running). None seen yet: no engine queue is foreseen.
-- releases per second: the pool's slots given back lately (forecast.ReleaseRate); until
+- releases per second: the pool's slots given back lately (forecast.EventRate); until
   enough were, what the pool's capacity (tokens a second, as its pods say or as
   configured) serves of requests costing what this one does: at a sale's first seconds
   the engines fill before any of their requests has ended.

@@ -35,8 +35,8 @@ GROWTH_QUANTILE = 0.9
 PROBE_AFTER_SECONDS = 2.0
 
 
-class ReleaseRate:
-    """Slots given back in one pool per second, over a sliding window."""
+class EventRate:
+    """Events a second in one pool (slots given back, or taken), over a sliding window."""
 
     def __init__(
         self,
@@ -168,7 +168,7 @@ def releases_needed(scheduler: Scheduler, tier: Tier) -> float:
     return needed
 
 
-def foreseen_wait(scheduler: Scheduler, tier: Tier, rate: ReleaseRate) -> float | None:
+def foreseen_wait(scheduler: Scheduler, tier: Tier, rate: EventRate) -> float | None:
     """Seconds a newcomer of `tier` would wait; None when the rate is not known yet."""
     per_second = rate.per_second()
     if per_second is None:

@@ -19,12 +19,13 @@ import redis.asyncio as redis
 
 from sidecar import redis_errors
 from sidecar.background import Background
-from sidecar.config.base import Tier
+from sidecar.config.base import TIERS, Tier
 from sidecar.config.pools import DEFAULT_POOL, Pool, Pools
 from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
+from sidecar.loops.overload.pace import Pace
 from sidecar.request.policy.cost import Reservation
-from sidecar.request.queueing.forecast import FirstTokenTimes, ReleaseRate, foreseen_wait
+from sidecar.request.queueing.forecast import EventRate, FirstTokenTimes, foreseen_wait
 from sidecar.request.queueing.peers import PeerRegistry
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
 from sidecar.request.queueing.slots import Slot, SlotTable
@@ -59,7 +60,8 @@ class AdmissionQueue:
         self._pools: dict[str, Pool] = {}  # the latest settings of each pool seen
         self._resolved: tuple[QosConfig, Pools] | None = None
         self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
-        self._release_rates: dict[str, ReleaseRate] = {}
+        self._release_rates: dict[str, EventRate] = {}
+        self._take_rates: dict[tuple[str, Tier], EventRate] = {}
         # Fed by the ends of timed streams, read by the first-token forecast.
         self.first_tokens = FirstTokenTimes(clock)
         self._background = Background()
@@ -131,13 +133,19 @@ class AdmissionQueue:
         """Slots given back in `pool` per second lately; None while too few to tell."""
         return self._release_rate(pool).per_second()
 
-    def residence_seconds(self, pool: str | None) -> float | None:
-        """A request's mean seconds in flight in `pool` (None: in every pool) lately, by
-        Little's law over this sidecar's own slots and releases; None while not known."""
+    def pace(self, pool: str | None) -> Pace | None:
+        """How fast requests in flight in `pool` (None: in every pool) end and start lately,
+        over this sidecar's own slots; None while nothing is held or no rate is known."""
         names = list(self._release_rates) if pool is None else [pool]
         rates = [rate for name in names if (rate := self.release_rate(name)) is not None]
         held = sum(self.slots.in_pool(name) for name in names)
-        return held / sum(rates) if rates and held else None
+        if not rates or not held:
+            return None
+        taken = dict.fromkeys(TIERS, 0.0)
+        for (name, tier), takes in self._take_rates.items():
+            if name in names:
+                taken[tier] += takes.per_second() or 0.0
+        return Pace(held, sum(rates), taken)
 
     def free_slots(self, pool: Pool | None = None) -> int:
         return self._free_in(self._pool(pool))
@@ -158,7 +166,7 @@ class AdmissionQueue:
         """A slot now, if one is free and nobody who goes first is waiting."""
         pool = self._pool(pool)  # resolved once: free_slots() would resolve it again
         if self._free_in(pool) > 0 and not self._scheduler(pool.name).waiting_at_or_above(tier):
-            return self.slots.take(tier, tenant, stream, pool.name, reservation)
+            return self._take(tier, tenant, stream, pool.name, reservation)
         return None
 
     async def wait(
@@ -217,9 +225,11 @@ class AdmissionQueue:
         if slot is not None:
             self.dispatch(slot.pool)
 
-    def _release_rate(self, pool: str) -> ReleaseRate:
+    def _release_rate(self, pool: str) -> EventRate:
         if pool not in self._release_rates:
-            self._release_rates[pool] = ReleaseRate(self._clock)
+            self._release_rates[pool] = EventRate(self._clock)
+            for tier in TIERS:
+                self._take_rates[pool, tier] = EventRate(self._clock)
         return self._release_rates[pool]
 
     def foreseen_wait(self, tier: Tier, pool: Pool | None = None) -> float | None:
@@ -247,10 +257,17 @@ class AdmissionQueue:
                 entry = self._futures.pop(waiter, None)
                 if entry is None or entry[0].done():
                     continue
-                slot = self.slots.take(
+                slot = self._take(
                     waiter.tier, waiter.tenant, waiter.stream, name, waiter.reservation
                 )
                 entry[0].set_result(slot)
+
+    def _take(
+        self, tier: Tier, tenant: str, stream: bool, pool: str, reservation: Reservation | None
+    ) -> Slot:
+        self._release_rate(pool)  # the pool's rates, from when it was first seen
+        self._take_rates[pool, tier].note()
+        return self.slots.take(tier, tenant, stream, pool, reservation)
 
     # -- background: peers' counts, leases, and capacity that frees up elsewhere -----------
 
