@@ -47,3 +47,13 @@ def _figures(pairs: list[tuple[float, float]]) -> dict[str, float | int | None]:
         "told_median_s": statistics.median(told for told, _ in pairs),
         "took_median_s": statistics.median(took for _, took in pairs),
     }
+
+
+def told_lines(run: str, told: dict[str, dict[str, float | int | None]]) -> list[str]:
+    """`comebacks`' figures, one line per tier and why it was shed."""
+    return [
+        f"{run}: {figures['sheds']} {shed} told to come back after"
+        f" {figures['told_median_s']:.2f} s (median), admitted again after"
+        f" {figures['took_median_s']:.2f} s; {figures['within_share']:.0%} told within 50 %"
+        for shed, figures in told.items()
+    ]

@@ -27,6 +27,7 @@ from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks import report
 from sidecar.tooling.benchmarks.busy import wait_until_idle
+from sidecar.tooling.benchmarks.comeback import comebacks, told_lines
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.load import Outcome, offer
 from sidecar.tooling.benchmarks.traffic import PlannedRequest, draw_prompt_tokens, plan
@@ -187,6 +188,9 @@ def _report(settings: Settings, fleet: Fleet, outcomes: dict[str, list[Outcome]]
     for run, found in outcomes.items():
         if said := report.shed_reasons(found):
             print(f"{run}: shed as {said}")
+    told = comebacks(outcomes[QOS])
+    for line in told_lines(QOS, told):
+        print(line)
     print(
         "\n| run | interactive TTFT p50 | p99 | p99 / alone | batch served | "
         "llm-d (A100): p99 | p99 / alone |"
@@ -212,6 +216,7 @@ def _report(settings: Settings, fleet: Fleet, outcomes: dict[str, list[Outcome]]
             "runs": summaries,
             "interactive_ttft": figures,
             "llm_d_p99_ms": LLM_D,
+            "comebacks": told,
         }
         Path(settings.json).write_text(json.dumps(document, indent=1))
         print(f"figures: {settings.json}")

@@ -35,7 +35,7 @@ from sidecar.ports import free_port
 from sidecar.tooling.benchmarks import field_tool, litellm_peer, report, screenshots
 from sidecar.tooling.benchmarks import fleet as fleets
 from sidecar.tooling.benchmarks.busy import BusyShare, wait_until_idle
-from sidecar.tooling.benchmarks.comeback import comebacks
+from sidecar.tooling.benchmarks.comeback import comebacks, told_lines
 from sidecar.tooling.benchmarks.field_sale import SEATS, FieldSale
 from sidecar.tooling.benchmarks.fleet import Fleet
 from sidecar.tooling.benchmarks.gateway_timing import shed_times, with_shed_log
@@ -430,12 +430,8 @@ def _sale(settings: Settings, fleet: Fleet, work: Path) -> int:
             f" p99 {figures['p99_ms']:.2f} ms"
         )
     told = comebacks(outcomes[QOS]) if QOS in outcomes else {}
-    for shed, figures in told.items():
-        print(
-            f"{QOS}: {figures['sheds']} {shed} told to come back after"
-            f" {figures['told_median_s']:.2f} s (median), admitted again after"
-            f" {figures['took_median_s']:.2f} s; {figures['within_share']:.0%} told within 50 %"
-        )
+    for line in told_lines(QOS, told):
+        print(line)
     for tier, counts in settlement.items():
         print(
             f"{QOS}: {tier.upper()} output tokens reserved {counts['reserved']:,.0f}, "
