@@ -328,8 +328,9 @@ def test_a_stream_late_behind_the_engines_queue_alone_is_not_probed():
     assert forecaster.probe(Tier.P1, pool, FirstTokenForecast(engine_queue=0.5, rest=3.5))
 
 
-def test_the_pace_is_what_is_held_and_how_fast_it_ends_and_starts():
-    """Over the sidecar's own slots: 20 held, 4 given back a second, P1 taken 6 a second."""
+def test_the_pace_is_what_is_held_how_long_and_how_fast_it_starts():
+    """Over the sidecar's own slots: 20 of 60 P1 held, the 40 given back held 5.125 s on
+    average (one every 0.25 s), P1 taken 6 a second."""
     clock = Clock()
     admission = AdmissionQueue(QosConfig, clock=clock)
     assert admission.pace(None) is None  # nothing seen yet
@@ -340,7 +341,8 @@ def test_the_pace_is_what_is_held_and_how_fast_it_ends_and_starts():
         admission.release(slot.id)
     pool = slots[0].pool
     pace = admission.pace(pool)
-    assert pace is not None and (pace.held, pace.releases) == (20, pytest.approx(40 / 10))
+    assert pace is not None and pace.held[Tier.P1] == 20 and pace.held[Tier.P0] == 0
+    assert pace.holds[Tier.P1] == pytest.approx(0.25 * 41 / 2) and pace.holds[Tier.P0] is None
     assert pace.taken[Tier.P1] == pytest.approx(60 / 10) and pace.taken[Tier.P0] == 0.0
     assert admission.pace(None) == pace
     assert admission.pace("another-pool") is None

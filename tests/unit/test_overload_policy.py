@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sidecar.config.base import Tier
@@ -142,19 +144,19 @@ def test_operator_modes(mode, expected):
 def test_a_shed_tier_is_foreseen_back_once_its_share_of_the_work_has_ended():
     state = SheddingState()
     # 5 % free, P2 back at 17 % (15 % + 2): 12 points of the 95 in use must end, that
-    # share of the requests in flight, each in flight 4 s on average (40 held, 10 a
-    # second ending), nothing starting meanwhile.
-    quiet = Pace(held=40, releases=10.0, taken={})
+    # share of the requests in flight, each held 4 s on average, nothing starting.
+    quiet = Pace(held={Tier.P2: 40}, holds={Tier.P2: 4.0}, taken={})
     state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, pace=quiet)
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
-    assert state.recovery[Tier.P2] == pytest.approx(4.0 * 0.12 / 0.95)
-    assert state.recovery[Tier.P1] == pytest.approx(4.0 * (0.08 + 0.02 - 0.05) / 0.95)
+    # 40 exp(-s / 4) = 40 (1 - share)
+    assert state.recovery[Tier.P2] == pytest.approx(-4.0 * math.log(1 - 0.12 / 0.95), rel=0.02)
+    p1_share = (0.08 + 0.02 - 0.05) / 0.95
+    assert state.recovery[Tier.P1] == pytest.approx(-4.0 * math.log(1 - p1_share), rel=0.02)
     assert state.recovery[Tier.P0] is None  # not shed
-    # In flight: 90 of 100, P2 back at 78: 12 of the 90 must end, 30 held ending 10 a
-    # second.
-    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=Pace(30, 10.0, {}))
+    # In flight: 90 of 100, P2 back at 78: 12 of the 90 must end.
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=quiet)
     assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
-    assert state.recovery[Tier.P2] == pytest.approx(3.0 * 12 / 90)
+    assert state.recovery[Tier.P2] == pytest.approx(-4.0 * math.log(1 - 12 / 90), rel=0.02)
     # No pace known yet: nothing foreseen.
     state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG)
     assert state.recovery[Tier.P2] is None
@@ -162,20 +164,42 @@ def test_a_shed_tier_is_foreseen_back_once_its_share_of_the_work_has_ended():
 
 def test_the_tiers_still_admitted_slow_a_shed_tier_s_comeback():
     state = SheddingState()
-    # 10 a second end; P0 and P1, still admitted, start 6 of them again, P2's own none.
-    busy = Pace(held=30, releases=10.0, taken={Tier.P0: 2.0, Tier.P1: 4.0, Tier.P2: 3.0})
+    # P0 and P1, still admitted, keep 2 x 1 s + 4 x 2 s = 10 slots in flight; P2's own
+    # 20 go at 5 s each and none start.
+    held = {Tier.P0: 2, Tier.P1: 8, Tier.P2: 20}
+    holds = {Tier.P0: 1.0, Tier.P1: 2.0, Tier.P2: 5.0}
+    busy = Pace(held, holds, taken={Tier.P0: 2.0, Tier.P1: 4.0, Tier.P2: 3.0})
     state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=busy)
     assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
-    assert state.recovery[Tier.P2] == pytest.approx(12 / 90 * 30 / (10 - 6))
-    # 5 % free: P1 is shed too, for the KV: only P0 starts work ahead of either.
-    state.update(aggregate([pod("a", 0.95, running=40)]), CONFIG, pace=busy)
-    assert state.recovery[Tier.P1] == pytest.approx((0.08 + 0.02 - 0.05) / 0.95 * 30 / 8)
-    assert state.recovery[Tier.P2] == pytest.approx(0.12 / 0.95 * 30 / 8)
-    # The tiers above start as much as ends: the in-flight excess is not foreseen to go.
-    flooded = Pace(held=30, releases=10.0, taken={Tier.P0: 4.0, Tier.P1: 6.0})
+    # 10 + 20 exp(-s / 5) = 30 (1 - 12 / 90)
+    expected = -5.0 * math.log((30 * (1 - 12 / 90) - 10) / 20)
+    assert state.recovery[Tier.P2] == pytest.approx(expected, rel=0.02)
+    # The tiers above start as much as must remain: the excess is not foreseen to go.
+    flooded = Pace(held, holds, taken={Tier.P0: 4.0, Tier.P1: 12.0})
     state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=flooded)
     assert state.shedding[Tier.P2] is Reason.SHED_INFLIGHT
     assert state.recovery[Tier.P2] is None
+
+
+def test_a_burst_above_is_foreseen_gone_in_its_own_time():
+    """Short requests of a tier above that has stopped arriving end in about their own
+    hold; the shed tier's long ones would take far longer alone."""
+    state = SheddingState()
+    burst = Pace({Tier.P0: 40, Tier.P2: 50}, {Tier.P0: 0.5, Tier.P2: 8.0}, taken={})
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=burst)
+    alone = Pace({Tier.P2: 90}, {Tier.P2: 8.0}, taken={})
+    recovery = state.recovery[Tier.P2]
+    assert recovery is not None and recovery < 0.5 * 2
+    state.update(aggregate([pod("a", 0.5, running=90)]), CONFIG, pace=alone)
+    assert state.recovery[Tier.P2] is not None and state.recovery[Tier.P2] > 2 * recovery
+
+
+def test_no_comeback_is_foreseen_without_a_hold_known():
+    unknown = Pace({Tier.P2: 10}, {Tier.P2: None}, taken={})
+    assert unknown.seconds(0.5, ()) is None
+    # A tier none of whose slots ended lately holds for as long as the others.
+    mixed = Pace({Tier.P1: 10, Tier.P2: 10}, {Tier.P1: 2.0, Tier.P2: None}, taken={})
+    assert mixed.seconds(0.5, ()) == pytest.approx(2.0 * math.log(2), rel=0.02)
 
 
 def test_streams_are_ended_only_below_the_line_and_while_a_tier_above_is_shed_for_kv():

@@ -140,7 +140,7 @@ async def test_own_admissions_count_at_once_and_stop_a_burst_at_the_watermark(cl
 
 @pytest.mark.asyncio
 async def test_a_shed_tier_stays_foreseen_back_while_admissions_move_the_projection(clock):
-    monitor = await monitor_at(0.10, Records(), clock, pace=Pace(40, 10.0, {}))
+    monitor = await monitor_at(0.10, Records(), clock, pace=Pace({Tier.P2: 40}, {Tier.P2: 4.0}, {}))
     state = monitor.state.for_pool(POOL.name)
     assert state.shedding[Tier.P2] is Reason.SHED_KV_WATERMARK
     before = state.recovery[Tier.P2]

@@ -6,10 +6,11 @@ crosses its threshold and stops only once the signal is `hysteresis` back past i
 
 When it is foreseen back (`recovery`, the Retry-After of its sheds): the signal must
 recover by some share of what the engines hold (the free KV's deficit over the KV in
-use, the in-flight excess over the requests in flight); that share of the work in flight
-ends at the pace requests end, less the pace the tiers still admitted above it start
-(`Pace`, over the slots this sidecar holds, gives back and takes). Requests are taken
-as equal: a tier above with shorter prompts frees the KV sooner than foreseen.
+use, the in-flight excess over the requests in flight); the time until that share of the
+work in flight has ended, each tier's requests held as long as lately and the tiers
+still admitted above it starting theirs at their pace lately, is `Pace`'s (over the
+slots this sidecar holds, gives back and takes). A request's share of the KV is taken
+as its share of the slots.
 """
 
 from __future__ import annotations

@@ -65,6 +65,25 @@ class EventRate:
         return len(self._times) / watched if watched > 0 else None
 
 
+class HoldTimes:
+    """How long slots of one tier in one pool were held, over a sliding window."""
+
+    def __init__(self, clock: Callable[[], float], window: float = WINDOW_SECONDS) -> None:
+        self._clock = clock
+        self._window = window
+        self._ended: deque[tuple[float, float]] = deque()  # (when given back, seconds held)
+
+    def note(self, seconds: float) -> None:
+        self._ended.append((self._clock(), seconds))
+
+    def sum_and_count(self) -> tuple[float, int]:
+        """The seconds held in all, and by how many slots, of those given back lately."""
+        now = self._clock()
+        while self._ended and self._ended[0][0] < now - self._window:
+            self._ended.popleft()
+        return sum(seconds for _, seconds in self._ended), len(self._ended)
+
+
 class FirstTokenTimes:
     """Seconds the streams timed lately took from admission to their first token beyond
     the engine queue foreseen for them (first_token.py), per tier and pool: beyond the

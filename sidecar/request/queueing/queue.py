@@ -25,7 +25,12 @@ from sidecar.config.pools import resolve as resolve_pools
 from sidecar.config.schema import QosConfig
 from sidecar.loops.overload.pace import Pace
 from sidecar.request.policy.cost import Reservation
-from sidecar.request.queueing.forecast import EventRate, FirstTokenTimes, foreseen_wait
+from sidecar.request.queueing.forecast import (
+    EventRate,
+    FirstTokenTimes,
+    HoldTimes,
+    foreseen_wait,
+)
 from sidecar.request.queueing.peers import PeerRegistry
 from sidecar.request.queueing.scheduler import Scheduler, Waiter
 from sidecar.request.queueing.slots import Slot, SlotTable
@@ -62,6 +67,7 @@ class AdmissionQueue:
         self._futures: dict[Waiter, tuple[asyncio.Future[Slot], str]] = {}
         self._release_rates: dict[str, EventRate] = {}
         self._take_rates: dict[tuple[str, Tier], EventRate] = {}
+        self._holds: dict[tuple[str, Tier], HoldTimes] = {}
         # Fed by the ends of timed streams, read by the first-token forecast.
         self.first_tokens = FirstTokenTimes(clock)
         self._background = Background()
@@ -134,18 +140,21 @@ class AdmissionQueue:
         return self._release_rate(pool).per_second()
 
     def pace(self, pool: str | None) -> Pace | None:
-        """How fast requests in flight in `pool` (None: in every pool) end and start lately,
-        over this sidecar's own slots; None while nothing is held or no rate is known."""
-        names = list(self._release_rates) if pool is None else [pool]
-        rates = [rate for name in names if (rate := self.release_rate(name)) is not None]
-        held = sum(self.slots.in_pool(name) for name in names)
-        if not rates or not held:
-            return None
+        """How long requests in flight in `pool` (None: in every pool) are held and how
+        fast they start lately, by tier, over this sidecar's own slots; None while nothing
+        is held or none was given back lately."""
+        names = [name for name in self._release_rates if pool is None or name == pool]
+        held = {tier: sum(self.slots.held(name, tier) for name in names) for tier in TIERS}
+        holds: dict[Tier, float | None] = {}
         taken = dict.fromkeys(TIERS, 0.0)
-        for (name, tier), takes in self._take_rates.items():
-            if name in names:
-                taken[tier] += takes.per_second() or 0.0
-        return Pace(held, sum(rates), taken)
+        for tier in TIERS:
+            ended = [self._holds[name, tier].sum_and_count() for name in names]
+            seconds, count = sum(s for s, _ in ended), sum(n for _, n in ended)
+            holds[tier] = seconds / count if count else None
+            taken[tier] = sum(self._take_rates[name, tier].per_second() or 0.0 for name in names)
+        if not sum(held.values()) or not any(holds.values()):
+            return None
+        return Pace(held, holds, taken)
 
     def free_slots(self, pool: Pool | None = None) -> int:
         return self._free_in(self._pool(pool))
@@ -216,6 +225,7 @@ class AdmissionQueue:
         slot = self.slots.release(slot_id)
         if slot is not None:
             self._release_rate(slot.pool).note()
+            self._holds[slot.pool, slot.tier].note(self._clock() - slot.taken_at)
             self.dispatch(slot.pool)
         return slot
 
@@ -230,6 +240,7 @@ class AdmissionQueue:
             self._release_rates[pool] = EventRate(self._clock)
             for tier in TIERS:
                 self._take_rates[pool, tier] = EventRate(self._clock)
+                self._holds[pool, tier] = HoldTimes(self._clock)
         return self._release_rates[pool]
 
     def foreseen_wait(self, tier: Tier, pool: Pool | None = None) -> float | None:
