@@ -172,7 +172,7 @@ async def test_turns_are_foreseen_at_the_pace_the_line_was_served():
     assert line.foreseen(BUCKET.key, BUCKET.rate, 50, 100) == pytest.approx(1.0)
     assert line.foreseen("qos:{bucket-p2}:tier", BUCKET.rate, 50, 100) == pytest.approx(0.5)
     # The four behind the head were foreseen every 0.3 s and served every 0.6 s: their
-    # turns came 0.9, 1.2, 1.5 and 1.8 s late. The line keeps the 80th percentile clear.
+    # turns came 0.9, 1.2, 1.5 and 1.8 s late. The line keeps the 95th percentile clear.
     assert line.margin(BUCKET.key) == pytest.approx(1.5)
     assert line.margin("qos:{bucket-p2}:tier") == 0.0
 

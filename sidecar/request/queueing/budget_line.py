@@ -44,7 +44,7 @@ from sidecar.request.limiter.buckets import BucketSpec, Verdict
 PACE_GRANTS = 32
 MIN_PACE_GRANTS = 4
 PACE_LIMITS = (0.5, 3.0)  # a slowness outside is an outlier's, not the bucket's
-MARGIN_QUANTILE = 0.8
+MARGIN_QUANTILE = 0.95
 CUTOFF_WINDOW_SECONDS = 10.0
 
 
