@@ -63,3 +63,12 @@ def test_with_overflow_the_first_pools_p1_and_p2_overflow_to_the_second():
     assert pool_a.tiers[Tier.P1]["overflow"] == pool_a.tiers[Tier.P2]["overflow"] == ["pool-b"]
     assert Tier.P0 not in pool_a.tiers  # payments never leave their model
     assert pool_b.models == ("model-b",) and pool_b.max_model_len == 40_960
+
+
+def test_shares_outside_what_the_configuration_allows_are_refused_plainly():
+    config = QosConfig.from_partial(configuration(Settings(shares="0.40,0.45,0.15"), MOCKS))
+    assert config.tiers[Tier.P1].share == pytest.approx(0.45)
+    with pytest.raises(SystemExit, match=r"tiers\.p0\.share 0\.3 is outside the controller"):
+        configuration(Settings(shares="0.30,0.30,0.40"), MOCKS)
+    with pytest.raises(SystemExit, match="three numbers"):
+        configuration(Settings(shares="0.5,0.5"), MOCKS)

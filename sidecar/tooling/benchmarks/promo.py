@@ -28,6 +28,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from pydantic import ValidationError
 
 from sidecar.config.schema import QosConfig
 from sidecar.options import setting
@@ -198,6 +199,11 @@ def _shares(given: str) -> list[float]:
         shares = []
     if len(shares) != 3:
         raise SystemExit(f"--shares takes three numbers, P0,P1,P2; not {given!r}")
+    try:  # held to what the configuration allows (the controller's bounds among them)
+        tiers = {tier: {"share": share} for tier, share in zip(report.TIERS, shares, strict=True)}
+        QosConfig.from_partial({"tiers": tiers})
+    except ValidationError as error:
+        raise SystemExit(f"--shares {given}: {error.errors()[0]['msg']}") from None
     return shares
 
 
@@ -267,6 +273,7 @@ def main(settings: Settings) -> int:
         raise SystemExit("--overflow needs --pools 2 or more: a pool to overflow to")
     if settings.engine == "vllm" and settings.pools:
         raise SystemExit("--pools are made of mocks: use them without --engine vllm")
+    _shares(settings.shares)  # before any engine starts
     if LITELLM in _runs(settings.runs):
         if settings.pools:
             raise SystemExit("--runs litellm fronts one pool: use it without --pools")
